@@ -1,0 +1,31 @@
+// Subcommand registry for the pelican CLI. Each cmd_*.cpp registers itself:
+//
+//   static int run_info(const InfoArgs&);
+//   PELICAN_COMMAND(info, [](CLI::App& app) { auto* sub = app.add_subcommand("info", "..."); ... });
+//
+// A command's callback stores its exit code with set_exit_code(); errors go to stderr as
+// "pelican: error: ..." via report_error().
+#pragma once
+
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+
+#include "core/status.h"
+
+namespace pelican::cli {
+
+using CommandSetup = void (*)(CLI::App& app);
+
+// Registers a subcommand setup function; called from static initializers. Returns a dummy.
+int register_command(const char* name, CommandSetup setup);
+
+void set_exit_code(int code);
+// Prints "pelican: error: <message>" to stderr and returns 1.
+int report_error(const Error& e);
+int report_error(std::string_view message);
+
+}  // namespace pelican::cli
+
+#define PELICAN_COMMAND(name, setup) \
+    static const int pelican_command_registered_##name = ::pelican::cli::register_command(#name, setup)

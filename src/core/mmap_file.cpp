@@ -1,0 +1,94 @@
+#include "core/mmap_file.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace pelican {
+
+Expected<MappedFile> MappedFile::open(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return make_error("cannot open '{}': {}", path, std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        int e = errno;
+        ::close(fd);
+        return make_error("cannot stat '{}': {}", path, std::strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return make_error("'{}' is not a regular file", path);
+    }
+    MappedFile f;
+    f.path_ = path;
+    f.size_ = static_cast<size_t>(st.st_size);
+    if (f.size_ > 0) {
+        void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            ::close(fd);
+            return make_error("cannot mmap '{}' ({} bytes): {}", path, f.size_, std::strerror(e));
+        }
+        f.data_ = static_cast<const uint8_t*>(p);
+    }
+    ::close(fd);
+    return f;
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept : data_(o.data_), size_(o.size_), path_(std::move(o.path_)) {
+    o.data_ = nullptr;
+    o.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+    if (this != &o) {
+        if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+        data_ = o.data_;
+        size_ = o.size_;
+        path_ = std::move(o.path_);
+        o.data_ = nullptr;
+        o.size_ = 0;
+    }
+    return *this;
+}
+
+MappedFile::~MappedFile() {
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+Expected<std::string> read_text_file(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return make_error("cannot open '{}': {}", path, std::strerror(errno));
+    std::string out;
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    bool err = std::ferror(f);
+    std::fclose(f);
+    if (err) return make_error("error reading '{}'", path);
+    return out;
+}
+
+Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+    std::string tmp = path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f) return make_error("cannot create '{}': {}", tmp, std::strerror(errno));
+    size_t w = bytes.empty() ? 0 : std::fwrite(bytes.data(), 1, bytes.size(), f);
+    bool bad = (w != bytes.size()) || std::fflush(f) != 0;
+    bad |= std::fclose(f) != 0;
+    if (bad) {
+        std::remove(tmp.c_str());
+        return make_error("cannot write '{}' ({} bytes): disk full?", path, bytes.size());
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        return make_error("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(errno));
+    }
+    return {};
+}
+
+}  // namespace pelican

@@ -1,0 +1,41 @@
+// Read-only memory-mapped file. Move-only owner of the mapping.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+
+namespace pelican {
+
+class MappedFile {
+public:
+    // Maps the whole file read-only. Empty files map to an empty span.
+    static Expected<MappedFile> open(const std::string& path);
+
+    MappedFile() = default;
+    MappedFile(MappedFile&& o) noexcept;
+    MappedFile& operator=(MappedFile&& o) noexcept;
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+    ~MappedFile();
+
+    const uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+    std::span<const uint8_t> bytes() const { return {data_, size_}; }
+    const std::string& path() const { return path_; }
+
+private:
+    const uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+    std::string path_;
+};
+
+// Reads a whole file into a string (for small text files: json, jinja).
+Expected<std::string> read_text_file(const std::string& path);
+// Writes bytes to path atomically (temp file + rename) so a failure never leaves a half file.
+Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+
+}  // namespace pelican
