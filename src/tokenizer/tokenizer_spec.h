@@ -47,6 +47,7 @@ struct TokenizerSpec {
     bool ignore_merges = false;     // BPE (llama-3): a pre-token that is itself a token is emitted whole
     bool lowercase = false;         // WordPiece: BertNormalizer lowercase + strip accents
     bool clean_spaces = false;      // decode: clean_up_tokenization_spaces
+    bool normalize_nfc = false;     // BPE: NFC-normalize text before pre-tokenizing (HF Qwen2 normalizer)
 
     std::string chat_template;  // Jinja source, "" when absent
     std::string bos_text, eos_text;  // token texts for templates ("<s>", "<|im_end|>")
