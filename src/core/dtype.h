@@ -34,12 +34,18 @@ enum class DType : uint32_t {
     F8_E4M3 = 1000,  // pelican-only (safetensors F8_E4M3)
 };
 
+// Scalar reference row conversions (core/dequantize.h); n is a multiple of block_elems.
+using ToFloatFn = void (*)(const void* src, float* dst, int64_t n);
+using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);
+
 struct DTypeInfo {
     DType type;
-    std::string_view name;  // lower-case, as printed and parsed: "f32", "q4_k"
-    uint32_t block_elems;   // elements per block (1 for plain element types)
-    uint32_t block_bytes;   // bytes per block
-    bool in_gguf;           // has a ggml_type id
+    std::string_view name;             // lower-case, as printed and parsed: "f32", "q4_k"
+    uint32_t block_elems;              // elements per block (1 for plain element types)
+    uint32_t block_bytes;              // bytes per block
+    bool in_gguf;                      // has a ggml_type id
+    ToFloatFn to_float = nullptr;      // every type has one
+    FromFloatFn from_float = nullptr;  // reference quantizer; nullptr where pelican has none
 };
 
 // Info for a known type.
