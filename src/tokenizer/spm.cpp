@@ -12,9 +12,9 @@
 // never apply, and step 4 goes straight to byte fallback.
 #include <algorithm>
 #include <array>
-#include <queue>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tokenizer/tokenizer.h"
 
@@ -49,6 +49,7 @@ public:
             if (id < 0) id = find(std::string(1, static_cast<char>(b)));
             byte_ids_[b] = id;
         }
+        index_pairs();
     }
 
     void encode_fragment(std::string_view text, bool first_fragment,
@@ -101,12 +102,11 @@ private:
         uint32_t size;        // bytes of the merged text when queued (stale if either side changed)
     };
     struct BigramOrder {
-        // priority_queue pops the "largest": highest score, then the smallest left index
+        // the heap top is the "largest": highest score, then the smallest left index
         bool operator()(const Bigram& a, const Bigram& b) const {
             return a.score < b.score || (a.score == b.score && a.left > b.left);
         }
     };
-    using Queue = std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder>;
 
     int32_t find(std::string_view s) const {
         auto it = ids_.find(s);
@@ -119,18 +119,67 @@ private:
         return static_cast<size_t>(id) < spec_.scores.size() ? spec_.scores[id] : 0.0f;
     }
 
-    void try_add_bigram(const std::string& s, const std::vector<Symbol>& syms, int32_t left, int32_t right,
-                        Queue& queue) const {
+    // Scratch space reused across the chunks of one call.
+    struct Work {
+        std::vector<Symbol> syms;
+        std::vector<Bigram> heap;  // max-heap by BigramOrder
+    };
+
+    void try_add_bigram(std::string_view s, Work& w, int32_t left, int32_t right) const {
         if (left < 0 || right < 0) return;
-        const uint32_t size = syms[left].n + syms[right].n;
-        const int32_t id = find(std::string_view(s).substr(syms[left].off, size));
+        const uint32_t size = w.syms[left].n + w.syms[right].n;
+        const int32_t id = find(s.substr(w.syms[left].off, size));
         if (id < 0) return;
-        queue.push(Bigram{left, right, score_of(id), size});
+        w.heap.push_back(Bigram{left, right, score_of(id), size});
+        std::push_heap(w.heap.begin(), w.heap.end(), BigramOrder{});
     }
 
-    void encode_escaped(const std::string& s, std::vector<int32_t>& out) const {
-        std::vector<Symbol> syms;
-        syms.reserve(s.size());
+    // Packs one character (<= 4 bytes) into an integer: a key for pairs_.
+    static uint64_t char_key(std::string_view s, size_t off, size_t n) {
+        uint64_t k = n;
+        for (size_t i = 0; i < n; ++i) k = (k << 8) | static_cast<uint8_t>(s[off + i]);
+        return k;
+    }
+    static uint64_t pair_key(uint64_t a, uint64_t b) { return (a * 0x9E3779B97F4A7C15ull) ^ b; }
+
+    // Every pair of adjacent characters inside a token. A symbol can only span the boundary between two
+    // characters whose pair is listed (every symbol is a token or one character), so the text is cut
+    // into independent chunks at all other boundaries: same result, far smaller queues.
+    void index_pairs() {
+        for (const std::string& t : spec_.tokens) {
+            uint64_t prev = 0;
+            for (size_t off = 0; off < t.size();) {
+                const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(t[off])), t.size() - off);
+                const uint64_t cur = char_key(t, off, n);
+                if (off > 0) pairs_.insert(pair_key(prev, cur));
+                prev = cur;
+                off += n;
+            }
+        }
+    }
+
+    void encode_escaped(std::string_view s, std::vector<int32_t>& out) const {
+        Work w;
+        size_t chunk = 0;
+        uint64_t prev = 0;
+        for (size_t off = 0; off < s.size();) {
+            const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(s[off])), s.size() - off);
+            const uint64_t cur = char_key(s, off, n);
+            if (off > 0 && !pairs_.count(pair_key(prev, cur))) {
+                encode_chunk(s.substr(chunk, off - chunk), w, out);
+                chunk = off;
+            }
+            prev = cur;
+            off += n;
+        }
+        encode_chunk(s.substr(chunk), w, out);
+    }
+
+    void encode_chunk(std::string_view s, Work& w, std::vector<int32_t>& out) const {
+        if (s.empty()) return;
+        auto& syms = w.syms;
+        syms.clear();
+        w.heap.clear();
         for (size_t off = 0; off < s.size();) {
             const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(s[off])), s.size() - off);
             const auto idx = static_cast<int32_t>(syms.size());
@@ -138,16 +187,13 @@ private:
                                   static_cast<uint32_t>(n)});
             off += n;
         }
-
-        std::vector<Bigram> storage;
-        storage.reserve(syms.size());
-        Queue queue(BigramOrder{}, std::move(storage));
         for (size_t i = 1; i < syms.size(); ++i)
-            try_add_bigram(s, syms, static_cast<int32_t>(i - 1), static_cast<int32_t>(i), queue);
+            try_add_bigram(s, w, static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
 
-        while (!queue.empty()) {
-            const Bigram b = queue.top();
-            queue.pop();
+        while (!w.heap.empty()) {
+            std::pop_heap(w.heap.begin(), w.heap.end(), BigramOrder{});
+            const Bigram b = w.heap.back();
+            w.heap.pop_back();
             Symbol& l = syms[b.left];
             Symbol& r = syms[b.right];
             // Stale entry: a side was merged away or grew since this pair was queued.
@@ -156,15 +202,15 @@ private:
             r.n = 0;
             l.next = r.next;
             if (r.next >= 0) syms[r.next].prev = b.left;
-            try_add_bigram(s, syms, l.prev, b.left, queue);
-            try_add_bigram(s, syms, b.left, l.next, queue);
+            try_add_bigram(s, w, l.prev, b.left);
+            try_add_bigram(s, w, b.left, l.next);
         }
 
-        for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[i].next) emit(s, syms[i], out);
+        for (int32_t i = 0; i >= 0; i = syms[i].next) emit(s, syms[i], out);
     }
 
-    void emit(const std::string& s, const Symbol& sym, std::vector<int32_t>& out) const {
-        const std::string_view text = std::string_view(s).substr(sym.off, sym.n);
+    void emit(std::string_view s, const Symbol& sym, std::vector<int32_t>& out) const {
+        const std::string_view text = s.substr(sym.off, sym.n);
         const int32_t id = find(text);
         if (id >= 0) {
             out.push_back(id);
@@ -183,6 +229,7 @@ private:
     const TokenizerSpec& spec_;
     std::unordered_map<std::string_view, int32_t> ids_;  // views into spec_.tokens
     std::array<int32_t, 256> byte_ids_{};                // byte -> <0xXX> token (or its 1-char token), -1
+    std::unordered_set<uint64_t> pairs_;                 // pair_key of adjacent characters inside tokens
 };
 
 }  // namespace
