@@ -1,8 +1,7 @@
 // SentencePiece-style BPE (llama-spm, phi-3), as llama.cpp's SPM tokenizer runs it:
 //
 //   1. prepend " " when add_space_prefix is set and this is the first fragment; every ' ' -> "▁" (U+2581)
-//   2. split into UTF-8 characters (a lead byte's length, clipped to the text: malformed input still
-//      moves forward and ends up as byte tokens)
+//   2. split into UTF-8 characters (see char_len for malformed input, which ends up as byte tokens)
 //   3. repeatedly merge the adjacent pair whose concatenation is a vocab token of highest score
 //      (ties: leftmost), with a priority queue over bigrams and a linked list of symbols
 //   4. emit each final symbol: its token if it is one, else one <0xXX> token per byte, else unk.
@@ -23,10 +22,16 @@ namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // "▁" U+2581
 
-// Bytes of the UTF-8 sequence that starts with `lead` (1 for stray continuation bytes).
-size_t utf8_seq_len(uint8_t lead) {
+// Bytes of the character at s[off]: the length its lead byte announces when the continuation bytes
+// are there, else 1 (a malformed byte stands alone and later becomes a byte token). Identical to
+// llama.cpp's split on valid UTF-8; on invalid input it never swallows a following character.
+size_t char_len(std::string_view s, size_t off) {
     static constexpr uint8_t kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return kLen[lead >> 4];
+    const size_t n = kLen[static_cast<uint8_t>(s[off]) >> 4];
+    if (off + n > s.size()) return 1;
+    for (size_t i = 1; i < n; ++i)
+        if ((static_cast<uint8_t>(s[off + i]) & 0xC0) != 0x80) return 1;
+    return n;
 }
 
 int hex_digit(char c) {
@@ -149,7 +154,7 @@ private:
         for (const std::string& t : spec_.tokens) {
             uint64_t prev = 0;
             for (size_t off = 0; off < t.size();) {
-                const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(t[off])), t.size() - off);
+                const size_t n = char_len(t, off);
                 const uint64_t cur = char_key(t, off, n);
                 if (off > 0) pairs_.insert(pair_key(prev, cur));
                 prev = cur;
@@ -163,7 +168,7 @@ private:
         size_t chunk = 0;
         uint64_t prev = 0;
         for (size_t off = 0; off < s.size();) {
-            const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(s[off])), s.size() - off);
+            const size_t n = char_len(s, off);
             const uint64_t cur = char_key(s, off, n);
             if (off > 0 && !pairs_.count(pair_key(prev, cur))) {
                 encode_chunk(s.substr(chunk, off - chunk), w, out);
@@ -181,7 +186,7 @@ private:
         syms.clear();
         w.heap.clear();
         for (size_t off = 0; off < s.size();) {
-            const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(s[off])), s.size() - off);
+            const size_t n = char_len(s, off);
             const auto idx = static_cast<int32_t>(syms.size());
             syms.push_back(Symbol{idx - 1, off + n == s.size() ? -1 : idx + 1, static_cast<uint32_t>(off),
                                   static_cast<uint32_t>(n)});

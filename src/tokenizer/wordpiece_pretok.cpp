@@ -73,17 +73,6 @@ std::vector<uint32_t> strip_accents(const std::vector<uint32_t>& cps) {
     return out;
 }
 
-// Full lowercase mapping, per character (Rust char::to_lowercase): simple mappings plus the one
-// unconditional multi-character mapping, U+0130 -> "i" U+0307.
-void append_lower(uint32_t c, std::vector<uint32_t>& out) {
-    if (c == 0x130) {
-        out.push_back('i');
-        out.push_back(0x307);
-        return;
-    }
-    out.push_back(static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
-}
-
 }  // namespace
 
 std::vector<uint32_t> utf8_to_codepoints(std::string_view text) {
@@ -155,7 +144,10 @@ std::vector<std::string> bert_pre_tokenize(std::string_view text, bool lowercase
     if (lowercase) {
         std::vector<uint32_t> lower;
         lower.reserve(cps.size());
-        for (uint32_t c : strip_accents(cps)) append_lower(c, lower);
+        // Simple per-character mapping; the one unconditional multi-character lowercase (U+0130) never
+        // gets here, as NFD has already split it into I + U+0307.
+        for (uint32_t c : strip_accents(cps))
+            lower.push_back(static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
         cps = std::move(lower);
     }
 

@@ -3,7 +3,7 @@
 //   clean:      drop NUL, U+FFFD and control characters (categories C*, except \t \n \r);
 //               whitespace -> ' '
 //   CJK:        every CJK ideograph becomes its own word
-//   lowercase:  (when set) NFD, drop nonspacing marks (Mn), then full lowercase
+//   lowercase:  (when set) NFD, drop nonspacing marks (Mn), then lowercase each character
 //   split:      on whitespace (removed) and on punctuation (kept, one char per word): Unicode P*
 //               categories plus every ASCII non-alphanumeric printable character
 //

@@ -3,7 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <random>
 #include <sstream>
 
 #include "core/mmap_file.h"
@@ -192,6 +192,25 @@ void run_vocab(const std::string& name) {
 
 TEST(SpmVocab, LlamaSpm) { run_vocab("llama-spm"); }
 TEST(SpmVocab, Phi3) { run_vocab("phi-3"); }
+
+TEST(SpmVocab, RandomBytesRoundTrip) {
+    auto f = GgufFile::open(kVocabDir + "ggml-vocab-llama-spm.gguf");
+    ASSERT_TRUE(f.ok());
+    const TokenizerSpec spec = spec_from_gguf(*f);
+    auto m = make_spm_model(spec);
+    ASSERT_TRUE(m.ok());
+    std::mt19937 rng(42);
+    for (int iter = 0; iter < 300; ++iter) {
+        std::string text(rng() % 64 + 1, '\0');
+        // mix of ASCII, spaces, UTF-8 lead/continuation bytes and arbitrary bytes (but no literal "▁",
+        // which SPM cannot tell from an escaped space)
+        const std::string alphabet = "ab \n\xC3\xA9\xE2\x96\xF0\x9F\xA6\x99";
+        for (char& c : text) c = rng() % 3 ? alphabet[rng() % alphabet.size()] : static_cast<char>(rng());
+        const auto ids = enc(**m, text);
+        for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < static_cast<int32_t>(spec.tokens.size()));
+        EXPECT_EQ(dec(**m, ids), " " + text);
+    }
+}
 
 TEST(SpmVocab, WikitextSpeed) {
     auto f = GgufFile::open(kVocabDir + "ggml-vocab-llama-spm.gguf");
