@@ -1,0 +1,74 @@
+// Hugging Face-style chat templating: builds the context transformers' apply_chat_template
+// gives a template (messages, tools, add_generation_prompt, bos_token, eos_token) and renders it
+// with the Jinja interpreter. tools/templates/render_reference.py builds the same context in
+// Python; tests/unit/chat_template_test.cpp compares the two byte for byte.
+//
+// Differences from transformers, on purpose:
+//  * `tools` is only defined when a tools list is given (transformers passes tools=None).
+//  * A tool call whose function.arguments is a JSON string holding an object gets that object
+//    (templates expect a dict; vLLM and llama.cpp convert the same way). Other strings stay.
+//  * Objects reach the template key-sorted (nlohmann::json), so `tojson` and `items()` list keys
+//    alphabetically where Python keeps insertion order.
+#pragma once
+
+#include <ctime>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace pelican::jinja {
+
+struct ChatTemplateOptions {
+    bool add_generation_prompt = false;
+    std::string bos_token;  // text of the BOS token ("<s>"), "" when the model has none
+    std::string eos_token;
+    // Instant for strftime_now(); nullopt = now. Formatted as local time (tests run with TZ=UTC).
+    std::optional<std::time_t> now;
+};
+
+// A conversation as read from a file: messages (array of objects) and tools (array or null).
+struct ChatInput {
+    nlohmann::json messages = nlohmann::json::array();
+    nlohmann::json tools;  // null when absent
+};
+
+// Parses JSON text holding either an array of messages or an object {"messages": [...],
+// "tools": [...]?}. `name` names the source in errors, which give line and column.
+Expected<ChatInput> parse_chat_input(std::string_view json_text, std::string_view name);
+// Parses JSON text holding a tools array, or an object with a "tools" array.
+Expected<nlohmann::json> parse_tools(std::string_view json_text, std::string_view name);
+
+// Parses JSON text with an error naming `name`, line and column.
+Expected<nlohmann::json> parse_json_text(std::string_view json_text, std::string_view name);
+
+// Checks shapes and converts JSON-string tool call arguments to objects (see above).
+Expected<nlohmann::json> normalize_messages(nlohmann::json messages);
+
+// The exact context object handed to the template.
+Expected<nlohmann::json> build_chat_context(const nlohmann::json& messages, const nlohmann::json& tools,
+                                            const ChatTemplateOptions& opt);
+
+// A model's chat template and the BOS/EOS texts it is rendered with.
+struct ModelChatTemplate {
+    std::string source;  // Jinja text
+    std::string bos_token, eos_token;
+    std::string origin;  // where the template came from, for messages ("model.gguf:tokenizer.chat_template")
+};
+
+// Loads the chat template of `path`:
+//  * a GGUF file: tokenizer.chat_template; BOS/EOS texts from tokenizer.ggml.{bos,eos}_token_id;
+//  * an HF folder: chat_template.jinja, else chat_template.json, else tokenizer_config.json
+//    "chat_template" (a string, or a list of {name, template}: "default" or the first);
+//    BOS/EOS from tokenizer_config.json (a string or {"content": ...});
+//  * any other file: the Jinja text itself, BOS/EOS empty.
+Expected<ModelChatTemplate> load_model_chat_template(const std::string& path);
+
+// Parses `template_source` and renders it for the conversation.
+Expected<std::string> apply_chat_template(std::string_view template_source, const nlohmann::json& messages,
+                                          const nlohmann::json& tools, const ChatTemplateOptions& opt);
+
+}  // namespace pelican::jinja
