@@ -1,0 +1,140 @@
+#include "core/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <vector>
+
+namespace pelican {
+namespace {
+
+TEST(ThreadPool, EveryTaskExactlyOnce) {
+    ThreadPool pool(4);
+    EXPECT_EQ(pool.size(), 4);
+    std::vector<std::atomic<int>> hits(1000);
+    for (int rep = 0; rep < 200; ++rep) {
+        for (auto& h : hits) h.store(0);
+        std::atomic<int> bad_thread{0};
+        const int64_t n = 1 + rep * 5 % 1000;
+        pool.parallel_for(n, [&](int64_t i, int t) {
+            hits[static_cast<size_t>(i)].fetch_add(1);
+            if (t < 0 || t >= 4) bad_thread.fetch_add(1);
+        });
+        for (int64_t i = 0; i < 1000; ++i)
+            ASSERT_EQ(hits[static_cast<size_t>(i)].load(), i < n ? 1 : 0) << rep;
+        ASSERT_EQ(bad_thread.load(), 0);
+    }
+}
+
+TEST(ThreadPool, PerThreadScratchNeverShared) {
+    ThreadPool pool(3);
+    std::vector<std::atomic<int>> in_use(3);
+    std::atomic<int> overlaps{0};
+    std::vector<int64_t> sums(3, 0);
+    for (int rep = 0; rep < 100; ++rep) {
+        pool.parallel_for(64, [&](int64_t i, int t) {
+            if (in_use[static_cast<size_t>(t)].fetch_add(1) != 0) overlaps.fetch_add(1);
+            sums[static_cast<size_t>(t)] += i;  // unsynchronised on purpose: t is exclusive
+            in_use[static_cast<size_t>(t)].fetch_sub(1);
+        });
+    }
+    EXPECT_EQ(overlaps.load(), 0);
+    EXPECT_EQ(sums[0] + sums[1] + sums[2], 100 * (63 * 64 / 2));
+}
+
+TEST(ThreadPool, EmptyOneAndSingleThread) {
+    ThreadPool pool(2);
+    int calls = 0;
+    pool.parallel_for(0, [&](int64_t, int) { ++calls; });
+    pool.parallel_for(-3, [&](int64_t, int) { ++calls; });
+    EXPECT_EQ(calls, 0);
+    pool.parallel_for(1, [&](int64_t i, int t) {
+        EXPECT_EQ(i, 0);
+        EXPECT_EQ(t, 0);  // a single task runs on the caller
+        ++calls;
+    });
+    EXPECT_EQ(calls, 1);
+    ThreadPool solo(1);
+    std::vector<int> seen;
+    solo.parallel_for(5, [&](int64_t i, int t) {
+        EXPECT_EQ(t, 0);
+        seen.push_back(static_cast<int>(i));
+    });
+    EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
+    EXPECT_GE(ThreadPool::default_thread_count(), 1);
+    ThreadPool dflt;
+    EXPECT_EQ(dflt.size(), ThreadPool::default_thread_count());
+}
+
+TEST(ThreadPool, NestedCallsRunInline) {
+    ThreadPool pool(3);
+    std::vector<std::atomic<int>> hits(8 * 8);
+    pool.parallel_for(8, [&](int64_t i, int t) {
+        pool.parallel_for(8, [&](int64_t j, int t2) {
+            EXPECT_EQ(t2, t);  // inner tasks stay on the outer task's thread
+            hits[static_cast<size_t>(i * 8 + j)].fetch_add(1);
+        });
+    });
+    for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPool, ExceptionsPropagateWithoutDeadlock) {
+    ThreadPool pool(4);
+    for (int rep = 0; rep < 50; ++rep) {
+        std::atomic<int> ran{0};
+        EXPECT_THROW(pool.parallel_for(100,
+                                       [&](int64_t i, int) {
+                                           ran.fetch_add(1);
+                                           if (i == 10) throw std::runtime_error("task 10");
+                                       }),
+                     std::runtime_error);
+        EXPECT_LE(ran.load(), 100);
+        // Still usable afterwards.
+        std::atomic<int> count{0};
+        pool.parallel_for(100, [&](int64_t, int) { count.fetch_add(1); });
+        ASSERT_EQ(count.load(), 100);
+    }
+    // All tasks throwing: one exception comes out.
+    EXPECT_THROW(pool.parallel_for(16, [](int64_t, int) { throw 7; }), int);
+}
+
+TEST(ThreadPool, ManySmallCallsAndConcurrentCallers) {
+    ThreadPool pool(2);
+    std::atomic<int64_t> total{0};
+    const auto start = std::chrono::steady_clock::now();
+    for (int rep = 0; rep < 20000; ++rep) pool.parallel_for(4, [&](int64_t i, int) { total.fetch_add(i); });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(total.load(), 20000 * 6);
+    EXPECT_LT(secs, 20.0);  // generous: a shared, loaded CI box; typically well under a second
+    // Two outside threads sharing the pool are serialised, never interleaved.
+    std::atomic<int> active{0}, overlap{0};
+    auto user = [&] {
+        for (int rep = 0; rep < 500; ++rep)
+            pool.parallel_for(3, [&](int64_t, int t) {
+                if (t == 0 && active.fetch_add(1) != 0) overlap.fetch_add(1);
+                if (t == 0) active.fetch_sub(1);
+            });
+    };
+    std::thread a(user), b(user);
+    a.join();
+    b.join();
+    EXPECT_EQ(overlap.load(), 0);
+}
+
+TEST(ThreadPool, DestroyIdleAndRightAfterWork) {
+    for (int i = 0; i < 50; ++i) {
+        ThreadPool idle(3);  // never used
+    }
+    for (int i = 0; i < 50; ++i) {
+        ThreadPool pool(3);
+        std::atomic<int> c{0};
+        pool.parallel_for(10, [&](int64_t, int) { c.fetch_add(1); });
+        EXPECT_EQ(c.load(), 10);
+    }
+    EXPECT_GE(default_thread_pool().size(), 1);
+}
+
+}  // namespace
+}  // namespace pelican
