@@ -1,7 +1,7 @@
 #include "tokenizer/bpe.h"
 
 #include <algorithm>
-#include <queue>
+#include <functional>
 
 #include "core/log.h"
 #include "tokenizer/unicode.h"
@@ -27,7 +27,8 @@ Expected<std::unique_ptr<BpeModel>> BpeModel::create(const TokenizerSpec& spec) 
         m->byte_id_[b] = it == m->token_to_id_.end() ? -1 : it->second;
     }
 
-    m->merges_.reserve(spec.merges.size());
+    std::vector<std::pair<uint64_t, Merge>> entries;
+    entries.reserve(spec.merges.size());
     std::string joined;
     for (size_t r = 0; r < spec.merges.size(); ++r) {
         const auto& [a, b] = spec.merges[r];
@@ -39,14 +40,30 @@ Expected<std::unique_ptr<BpeModel>> BpeModel::create(const TokenizerSpec& spec) 
             ++m->skipped_merges_;
             continue;
         }
-        // The first (lowest-rank) occurrence of a pair wins.
-        m->merges_.emplace(pair_key(ia->second, ib->second), Merge{static_cast<int32_t>(r), ij->second});
+        entries.push_back({pair_key(ia->second, ib->second), Merge{static_cast<int32_t>(r), ij->second}});
     }
+    m->merges_.build(entries);  // the first (lowest-rank) occurrence of a pair wins
     if (m->skipped_merges_ > 0) {
         log_debug("BPE: {} of {} merges reference texts that are not tokens; ignored", m->skipped_merges_,
                   spec.merges.size());
     }
     return m;
+}
+
+void BpeModel::MergeMap::build(const std::vector<std::pair<uint64_t, Merge>>& entries) {
+    size_t cap = 16;
+    shift_ = 60;
+    while (cap < entries.size() * 2) cap <<= 1, --shift_;
+    mask_ = cap - 1;
+    keys_.assign(cap, kEmpty);
+    vals_.assign(cap, Merge{0, 0});
+    for (const auto& [key, merge] : entries) {
+        size_t i = slot(key);
+        while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask_;
+        if (keys_[i] == key) continue;
+        keys_[i] = key;
+        vals_[i] = merge;
+    }
 }
 
 Expected<std::unique_ptr<TokenizerModel>> make_bpe_model(const TokenizerSpec& spec) {
@@ -63,16 +80,16 @@ void BpeModel::encode_fragment(std::string_view text, bool /*first_fragment*/,
     }
     std::vector<std::string_view> words;
     pre_.split(text, words);
-    for (std::string_view w : words) encode_word(w, out);
+    Scratch sc;
+    for (std::string_view w : words) encode_word(w, sc, out);
 }
 
-void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+void BpeModel::encode_word(std::string_view word, Scratch& sc, std::vector<int32_t>& out) const {
     const ByteUnicode& bu = byte_unicode();
     if (spec_.ignore_merges || word.size() == 1) {
-        std::string mapped;
-        mapped.reserve(word.size() * 2);
-        for (unsigned char c : word) mapped += bu.byte_to_utf8[c];
-        auto it = token_to_id_.find(mapped);
+        sc.mapped.clear();
+        for (unsigned char c : word) sc.mapped += bu.byte_to_utf8[c];
+        auto it = token_to_id_.find(sc.mapped);
         if (it != token_to_id_.end()) {
             out.push_back(it->second);
             return;
@@ -80,32 +97,30 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     }
 
     // Symbols form a doubly linked list over byte positions; merged-away symbols get id -2.
-    struct Sym {
-        int32_t id, prev, next;
-    };
-    struct Cand {
-        int32_t rank, left, right, left_id, right_id, merged_id;
-        bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
-    };
     const int32_t n = static_cast<int32_t>(word.size());
-    std::vector<Sym> syms(static_cast<size_t>(n));
+    auto& syms = sc.syms;
+    auto& heap = sc.heap;
+    syms.resize(static_cast<size_t>(n));
+    heap.clear();
     for (int32_t i = 0; i < n; ++i) {
         syms[i] = {byte_id_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
     }
-    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
     auto push_pair = [&](int32_t left) {
         if (left < 0) return;
         const int32_t right = syms[left].next;
         if (right < 0) return;
         const int32_t a = syms[left].id, b = syms[right].id;
         if (a < 0 || b < 0) return;
-        auto it = merges_.find(pair_key(a, b));
-        if (it != merges_.end()) heap.push({it->second.rank, left, right, a, b, it->second.id});
+        const Merge* mg = merges_.find(pair_key(a, b));
+        if (!mg) return;
+        heap.push_back({mg->rank, left, right, a, b, mg->id});
+        std::push_heap(heap.begin(), heap.end(), std::greater<Cand>());
     };
     for (int32_t i = 0; i + 1 < n; ++i) push_pair(i);
     while (!heap.empty()) {
-        const Cand c = heap.top();
-        heap.pop();
+        std::pop_heap(heap.begin(), heap.end(), std::greater<Cand>());
+        const Cand c = heap.back();
+        heap.pop_back();
         Sym& l = syms[c.left];
         if (l.id != c.left_id || l.next != c.right || syms[c.right].id != c.right_id) continue;  // stale
         Sym& r = syms[c.right];
