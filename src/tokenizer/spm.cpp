@@ -21,6 +21,7 @@ namespace pelican {
 namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // "▁" U+2581
+constexpr size_t kMaxChunk = size_t{1} << 28;        // bytes
 
 // Bytes of the character at s[off]: the length its lead byte announces when the continuation bytes
 // are there, else 1 (a malformed byte stands alone and later becomes a byte token). Identical to
@@ -145,6 +146,7 @@ private:
         for (size_t i = 0; i < n; ++i) k = (k << 8) | static_cast<uint8_t>(s[off + i]);
         return k;
     }
+    // A collision only means a missed cut (slower, never different).
     static uint64_t pair_key(uint64_t a, uint64_t b) { return (a * 0x9E3779B97F4A7C15ull) ^ b; }
 
     // Every pair of adjacent characters inside a token. A symbol can only span the boundary between two
@@ -170,7 +172,9 @@ private:
         for (size_t off = 0; off < s.size();) {
             const size_t n = char_len(s, off);
             const uint64_t cur = char_key(s, off, n);
-            if (off > 0 && !pairs_.count(pair_key(prev, cur))) {
+            // (A chunk is also cut at kMaxChunk bytes so symbol offsets fit 32 bits; only inputs
+            // with no natural cut for 256 MiB are affected.)
+            if (off > chunk && (off - chunk >= kMaxChunk || !pairs_.count(pair_key(prev, cur)))) {
                 encode_chunk(s.substr(chunk, off - chunk), w, out);
                 chunk = off;
             }
