@@ -128,6 +128,9 @@ struct SafetensorsParser {
                               bytes.size());
         f.header_bytes_ = n;
         const char* hb = reinterpret_cast<const char*>(bytes.data() + 8);
+        // nlohmann's lexer stops at a NUL byte; valid JSON never holds one, so reject it first.
+        if (std::memchr(hb, 0, n) != nullptr)
+            return make_error("{}: header is not valid JSON (NUL byte)", f.name_);
         json h = json::parse(hb, hb + n, nullptr, /*allow_exceptions=*/false);
         if (h.is_discarded()) return make_error("{}: header is not valid JSON", f.name_);
         if (!h.is_object())
