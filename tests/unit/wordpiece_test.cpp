@@ -186,6 +186,22 @@ TEST(WordPieceVocab, BertBge) {
         }
     }
     std::printf("bert-bge: %zu/%zu cases passed\n", passed, cases.size());
+
+    // The same vocabulary in the HF convention ("word", "##piece") gives the same ids.
+    TokenizerSpec hf = spec;
+    for (std::string& t : hf.tokens) {
+        if (t.rfind(kSp, 0) == 0)
+            t = t.substr(kSp.size());
+        else if (!(t.size() > 1 && t.front() == '[' && t.back() == ']'))
+            t = "##" + t;
+    }
+    auto m_hf = make_wordpiece_model(hf);
+    ASSERT_TRUE(m_hf.ok());
+    size_t passed_hf = 0;
+    for (size_t i = 0; i < cases.size(); ++i) passed_hf += enc(**m_hf, cases[i]) == expected[i];
+    std::printf("bert-bge (HF ## convention): %zu/%zu cases passed\n", passed_hf, cases.size());
+    EXPECT_EQ(passed_hf, cases.size());
+    EXPECT_EQ(dec(**m_hf, enc(**m_hf, "Hello, y'all!")), " hello , y ' all !");
     // Random bytes: no crash, every id in range.
     std::mt19937 rng(7);
     for (int iter = 0; iter < 300; ++iter) {
