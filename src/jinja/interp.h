@@ -1,0 +1,86 @@
+// Tree-walking evaluator. Internal failures throw RenderError; Template::render converts them.
+#pragma once
+
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "jinja/ast.h"
+#include "jinja/value.h"
+
+namespace pelican::jinja {
+
+// Guards against runaway templates.
+constexpr size_t kMaxOutputBytes = 64u << 20;  // rendered text
+constexpr int kMaxCallDepth = 256;             // nested macro calls
+constexpr uint64_t kMaxSteps = 50'000'000;     // loop iterations + macro calls + statements
+constexpr size_t kMaxSequence = 10'000'000;    // elements made by range(), string/list repetition
+
+struct Scope {
+    std::unordered_map<std::string, Value> vars;
+    std::shared_ptr<Scope> parent;
+    const Value* lookup(const std::string& name) const {
+        for (const Scope* s = this; s; s = s->parent.get()) {
+            auto it = s->vars.find(name);
+            if (it != s->vars.end()) return &it->second;
+        }
+        return nullptr;
+    }
+};
+
+class Interp {
+public:
+    Interp(std::optional<std::time_t> now);
+    ~Interp();
+
+    // Renders `body` with `ctx` (an object) as the template's variables.
+    std::string render(const Body& body, const Value& ctx);
+
+    Value eval(const Expr& e);
+    void step();  // counts work against kMaxSteps
+
+    std::optional<std::time_t> now;
+
+private:
+    enum class Flow { Normal, Break, Continue };
+    Flow exec_body(const Body& body);
+    Flow exec(const Stmt& s);
+    void exec_for(const Stmt& s);
+    void exec_set(const Stmt& s);
+    void define_macro(const Stmt& s);
+    std::string capture(const Body& body);
+    Value eval_compare(const Expr& e);
+    Value eval_call(const Expr& e);
+    Value apply_filter_expr(const Expr& e, Value input);
+    void write(const std::string& s);
+
+    std::shared_ptr<Scope> scope_;
+    std::vector<std::weak_ptr<Scope>> macro_scopes_;  // cleared after render to break cycles
+    std::string* out_ = nullptr;
+    int call_depth_ = 0;
+    uint64_t steps_ = 0;
+};
+
+// Attribute / item access with jinja2's sandboxed getattr/getitem rules.
+Value get_attr(const Value& obj, const std::string& name);
+Value get_item(const Value& obj, const Value& key);
+Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
+Value binary_op(const std::string& op, const Value& a, const Value& b);
+bool contains(const Value& container, const Value& item);
+// Iteration as jinja2's for loop and filters see it (dict → keys, str → characters).
+List iterate(const Value& v);
+Value call_value(const Value& fn, const CallArgs& args);
+
+// Filters and tests (filters.cpp / tests.cpp); `interp` lets map/select call back into them.
+Value apply_filter(const std::string& name, const Value& input, const CallArgs& args, int line);
+bool apply_test(const std::string& name, const Value& input, const CallArgs& args, int line);
+bool has_test(const std::string& name);
+// Bound method on a built-in value, or nullopt when `obj` has no method `name`.
+std::optional<Value> get_method(const Value& obj, const std::string& name);
+// Globals available to every template (range, namespace, dict, raise_exception, strftime_now...).
+void install_globals(Scope& scope, Interp& interp);
+
+}  // namespace pelican::jinja

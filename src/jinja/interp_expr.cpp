@@ -1,0 +1,392 @@
+// Expression evaluation and Python's operator semantics.
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "jinja/interp.h"
+#include "jinja/utf8.h"
+
+namespace pelican::jinja {
+namespace {
+
+std::string obj_repr(const Value& v) { return v.is_none() ? "None" : v.type_name() + " object"; }
+
+Value missing_attr(const Value& obj, const std::string& name) {
+    return Value::undefined(fmt::format("'{}' has no attribute '{}'", obj_repr(obj), name));
+}
+Value missing_item(const Value& obj, const Value& key) {
+    if (key.is_string()) return missing_attr(obj, key.str());
+    return Value::undefined(fmt::format("'{}' has no element {}", obj_repr(obj), py_repr(key)));
+}
+
+[[noreturn]] void type_error(const char* op, const Value& a, const Value& b) {
+    if (a.is_undefined()) a.fail_undefined();
+    if (b.is_undefined()) b.fail_undefined();
+    fail(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
+}
+
+int64_t checked(bool overflow, int64_t v) {
+    if (overflow) fail("integer overflow");
+    return v;
+}
+
+Value repeat(const Value& seq, int64_t n) {
+    if (n <= 0)
+        return seq.is_string() ? Value::string("")
+                               : (seq.kind() == Value::Kind::Tuple ? Value::tuple({}) : Value::list({}));
+    size_t len = seq.is_string() ? seq.str().size() : seq.items().size();
+    if (len != 0 && static_cast<uint64_t>(n) > kMaxSequence / len) fail("sequence repetition too large");
+    if (seq.is_string()) {
+        std::string out;
+        out.reserve(len * static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) out += seq.str();
+        return Value::string(std::move(out));
+    }
+    List out;
+    for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
+    return seq.kind() == Value::Kind::Tuple ? Value::tuple(std::move(out)) : Value::list(std::move(out));
+}
+
+int64_t floor_div(int64_t a, int64_t b) {
+    if (b == 0) fail("integer division or modulo by zero");
+    if (a == std::numeric_limits<int64_t>::min() && b == -1) fail("integer overflow");
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+    return q;
+}
+int64_t floor_mod(int64_t a, int64_t b) {
+    if (b == 0) fail("integer division or modulo by zero");
+    if (b == -1) return 0;
+    int64_t r = a % b;
+    if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+}
+
+}  // namespace
+
+Value binary_op(const std::string& op, const Value& a, const Value& b) {
+    if (op == "~") return Value::string(py_str(a) + py_str(b));
+    bool ints = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
+    bool nums = a.is_number() && b.is_number();
+    int64_t r = 0;
+    if (op == "+") {
+        if (ints) return Value::integer(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r));
+        if (nums) return Value::number(a.as_float() + b.as_float());
+        if (a.is_string() && b.is_string()) return Value::string(a.str() + b.str());
+        if (a.is_list() && a.kind() == b.kind()) {
+            List out = a.items();
+            out.insert(out.end(), b.items().begin(), b.items().end());
+            return a.kind() == Value::Kind::Tuple ? Value::tuple(std::move(out))
+                                                  : Value::list(std::move(out));
+        }
+        if (a.is_string() && !b.is_undefined() && !a.is_undefined())
+            fail(fmt::format("can only concatenate str (not \"{}\") to str", b.type_name()));
+        if (a.is_list() && !b.is_undefined())
+            fail(fmt::format("can only concatenate {} (not \"{}\") to {}", a.type_name(), b.type_name(),
+                             a.type_name()));
+        type_error("+", a, b);
+    }
+    if (op == "-") {
+        if (ints) return Value::integer(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r));
+        if (nums) return Value::number(a.as_float() - b.as_float());
+        type_error("-", a, b);
+    }
+    if (op == "*") {
+        if (ints) return Value::integer(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
+        if (nums) return Value::number(a.as_float() * b.as_float());
+        if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) return repeat(a, b.as_int());
+        if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) return repeat(b, a.as_int());
+        type_error("*", a, b);
+    }
+    if (op == "/") {
+        if (!nums) type_error("/", a, b);
+        if (b.as_float() == 0) fail("division by zero");
+        return Value::number(a.as_float() / b.as_float());
+    }
+    if (op == "//") {
+        if (ints) return Value::integer(floor_div(a.as_int(), b.as_int()));
+        if (!nums) type_error("//", a, b);
+        if (b.as_float() == 0) fail("float floor division by zero");
+        return Value::number(std::floor(a.as_float() / b.as_float()));
+    }
+    if (op == "%") {
+        if (ints) return Value::integer(floor_mod(a.as_int(), b.as_int()));
+        if (nums) {
+            double x = a.as_float(), y = b.as_float();
+            if (y == 0) fail("float modulo");
+            double m = std::fmod(x, y);
+            if (m != 0 && ((m < 0) != (y < 0))) m += y;
+            return Value::number(m);
+        }
+        if (a.is_string())
+            return apply_filter("format", a,
+                                CallArgs{b.kind() == Value::Kind::Tuple ? b.items() : List{b}, {}}, 0);
+        type_error("%", a, b);
+    }
+    if (op == "**") {
+        if (ints && b.as_int() >= 0) {
+            int64_t base = a.as_int(), e = b.as_int(), acc = 1;
+            while (e > 0) {
+                if (e & 1) acc = checked(__builtin_mul_overflow(acc, base, &acc), acc);
+                e >>= 1;
+                if (e) base = checked(__builtin_mul_overflow(base, base, &base), base);
+            }
+            return Value::integer(acc);
+        }
+        if (nums) {
+            if (a.as_float() == 0 && b.as_float() < 0) fail("0.0 cannot be raised to a negative power");
+            return Value::number(std::pow(a.as_float(), b.as_float()));
+        }
+        type_error("** or pow()", a, b);
+    }
+    fail("unknown operator " + op);
+}
+
+bool contains(const Value& c, const Value& item) {
+    if (c.is_string()) {
+        if (!item.is_string())
+            fail(fmt::format("'in <string>' requires string as left operand, not {}", item.type_name()));
+        return c.str().find(item.str()) != std::string::npos;
+    }
+    if (c.is_list() || c.kind() == Value::Kind::Iter) {
+        for (const auto& x : c.items())
+            if (py_equal(x, item)) return true;
+        return false;
+    }
+    if (c.is_dict()) return c.dict_ref().find(item) != nullptr;
+    if (c.is_undefined()) return false;
+    fail(fmt::format("argument of type '{}' is not iterable", c.type_name()));
+}
+
+List iterate(const Value& v) {
+    if (v.is_list() || v.kind() == Value::Kind::Iter) return v.items();
+    if (v.is_dict()) {
+        List keys;
+        for (const auto& [k, x] : v.dict_ref().entries) keys.push_back(k);
+        return keys;
+    }
+    if (v.is_string()) {
+        List chars;
+        for (char32_t c : utf8_decode(v.str())) {
+            std::string s;
+            utf8_append(s, c);
+            chars.push_back(Value::string(std::move(s)));
+        }
+        return chars;
+    }
+    if (v.is_undefined()) return {};
+    fail(fmt::format("'{}' object is not iterable", v.type_name()));
+}
+
+Value get_attr(const Value& obj, const std::string& name) {
+    switch (obj.kind()) {
+        case Value::Kind::Undefined:
+            obj.fail_undefined();
+        case Value::Kind::Dict: {
+            if (auto m = get_method(obj, name)) return *m;
+            if (const Value* v = obj.dict_ref().find(name)) return *v;
+            return missing_attr(obj, name);
+        }
+        case Value::Kind::Object: {
+            if (const Value* v = obj.dict_ref().find(name)) return *v;
+            return missing_attr(obj, name);
+        }
+        default:
+            if (auto m = get_method(obj, name)) return *m;
+            return missing_attr(obj, name);
+    }
+}
+
+Value get_item(const Value& obj, const Value& key) {
+    if (obj.is_undefined()) obj.fail_undefined();
+    if (obj.is_dict()) {
+        if (const Value* v = obj.dict_ref().find(key)) return *v;
+    } else if (obj.is_object()) {
+        if (key.is_string())
+            if (const Value* v = obj.dict_ref().find(key)) return *v;
+    } else if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
+        int64_t i = key.as_int();
+        if (obj.is_list()) {
+            int64_t n = static_cast<int64_t>(obj.items().size());
+            if (i < 0) i += n;
+            if (i >= 0 && i < n) return obj.items()[static_cast<size_t>(i)];
+        } else {
+            std::u32string u = utf8_decode(obj.str());
+            int64_t n = static_cast<int64_t>(u.size());
+            if (i < 0) i += n;
+            if (i >= 0 && i < n) return Value::string(utf8_encode(u.substr(static_cast<size_t>(i), 1)));
+        }
+    }
+    if (key.is_string() && !obj.is_object())
+        if (auto m = get_method(obj, key.str())) return *m;
+    return missing_item(obj, key);
+}
+
+Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step_v) {
+    if (obj.is_undefined()) obj.fail_undefined();
+    auto as_index = [](const Value& v) -> std::optional<int64_t> {
+        if (v.is_undefined() || v.is_none()) return std::nullopt;
+        if (v.is_int() || v.is_bool()) return v.as_int();
+        fail("slice indices must be integers or None");
+    };
+    int64_t step = as_index(step_v).value_or(1);
+    if (step == 0) fail("slice step cannot be zero");
+    std::u32string u;
+    int64_t n;
+    if (obj.is_string()) {
+        u = utf8_decode(obj.str());
+        n = static_cast<int64_t>(u.size());
+    } else if (obj.is_list()) {
+        n = static_cast<int64_t>(obj.items().size());
+    } else {
+        fail(fmt::format("'{}' object is not subscriptable", obj.type_name()));
+    }
+    auto clamp = [&](std::optional<int64_t> v, int64_t dflt) {
+        if (!v) return dflt;
+        int64_t i = *v;
+        if (i < 0) {
+            i += n;
+            if (i < 0) i = step < 0 ? -1 : 0;
+        } else if (i >= n) {
+            i = step < 0 ? n - 1 : n;
+        }
+        return i;
+    };
+    int64_t b = clamp(as_index(start), step < 0 ? n - 1 : 0);
+    int64_t e = clamp(as_index(stop), step < 0 ? -1 : n);
+    std::vector<size_t> idx;
+    for (int64_t i = b; step > 0 ? i < e : i > e; i += step) idx.push_back(static_cast<size_t>(i));
+    if (obj.is_string()) {
+        std::u32string r;
+        for (size_t i : idx) r.push_back(u[i]);
+        return Value::string(utf8_encode(r));
+    }
+    List r;
+    for (size_t i : idx) r.push_back(obj.items()[i]);
+    return obj.kind() == Value::Kind::Tuple ? Value::tuple(std::move(r)) : Value::list(std::move(r));
+}
+
+Value call_value(const Value& fn, const CallArgs& args) {
+    if (fn.is_function()) return fn.fn().call(args);
+    if (fn.is_undefined()) fn.fail_undefined();
+    fail(fmt::format("'{}' object is not callable", fn.type_name()));
+}
+
+Value Interp::eval(const Expr& e) {
+    switch (e.k) {
+        case Expr::K::Literal:
+            return e.lit;
+        case Expr::K::Name: {
+            if (const Value* v = scope_->lookup(e.name)) return *v;
+            return Value::undefined(fmt::format("'{}' is undefined", e.name));
+        }
+        case Expr::K::List:
+        case Expr::K::Tuple: {
+            List items;
+            for (const auto& a : e.args) items.push_back(eval(*a));
+            return e.k == Expr::K::List ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+        }
+        case Expr::K::Dict: {
+            Value d = Value::dict();
+            for (size_t i = 0; i + 1 < e.args.size(); i += 2)
+                d.dict_ref().set(eval(*e.args[i]), eval(*e.args[i + 1]));
+            return d;
+        }
+        case Expr::K::Unary: {
+            Value v = eval(*e.a);
+            v.require();
+            if (v.is_int() || v.is_bool()) {
+                if (e.name == "+") return Value::integer(v.as_int());
+                if (v.as_int() == std::numeric_limits<int64_t>::min()) fail("integer overflow");
+                return Value::integer(-v.as_int());
+            }
+            if (v.is_float()) return Value::number(e.name == "-" ? -v.as_float() : v.as_float());
+            fail(fmt::format("bad operand type for unary {}: '{}'", e.name, v.type_name()));
+        }
+        case Expr::K::Binary:
+            return binary_op(e.name, eval(*e.a), eval(*e.b));
+        case Expr::K::And: {
+            Value a = eval(*e.a);
+            return a.truthy() ? eval(*e.b) : a;
+        }
+        case Expr::K::Or: {
+            Value a = eval(*e.a);
+            return a.truthy() ? a : eval(*e.b);
+        }
+        case Expr::K::Not:
+            return Value::boolean(!eval(*e.a).truthy());
+        case Expr::K::Compare:
+            return eval_compare(e);
+        case Expr::K::Cond:
+            if (eval(*e.b).truthy()) return eval(*e.a);
+            if (e.c) return eval(*e.c);
+            return Value::undefined(fmt::format(
+                "the inline if-expression on line {} evaluated to false and no else section was defined.",
+                e.line));
+        case Expr::K::Attr:
+            return get_attr(eval(*e.a), e.name);
+        case Expr::K::Item:
+            return get_item(eval(*e.a), eval(*e.b));
+        case Expr::K::Slice: {
+            Value obj = eval(*e.a);
+            Value parts[3];
+            for (size_t i = 0; i < 3; ++i)
+                if (e.args[i]) parts[i] = eval(*e.args[i]);
+            return get_slice(obj, parts[0], parts[1], parts[2]);
+        }
+        case Expr::K::Call:
+            return eval_call(e);
+        case Expr::K::Filter:
+            return apply_filter_expr(e, e.a ? eval(*e.a) : Value());
+        case Expr::K::Test: {
+            Value v = eval(*e.a);
+            CallArgs args;
+            for (const auto& a : e.args) args.pos.push_back(eval(*a));
+            for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a));
+            return Value::boolean(apply_test(e.name, v, args, e.line) != e.negated);
+        }
+    }
+    fail("bad expression");
+}
+
+Value Interp::eval_compare(const Expr& e) {
+    Value left = eval(*e.a);
+    for (size_t i = 0; i < e.ops.size(); ++i) {
+        Value right = eval(*e.args[i]);
+        const std::string& op = e.ops[i];
+        bool r;
+        if (op == "==")
+            r = py_equal(left, right);
+        else if (op == "!=")
+            r = !py_equal(left, right);
+        else if (op == "in")
+            r = contains(right, left);
+        else if (op == "notin")
+            r = !contains(right, left);
+        else {
+            int c = py_compare(left, right, op.c_str());
+            r = op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
+        }
+        if (!r) return Value::boolean(false);
+        left = std::move(right);
+    }
+    return Value::boolean(true);
+}
+
+Value Interp::eval_call(const Expr& e) {
+    Value fn = eval(*e.a);
+    CallArgs args;
+    for (const auto& a : e.args) args.pos.push_back(eval(*a));
+    for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a));
+    return call_value(fn, args);
+}
+
+Value Interp::apply_filter_expr(const Expr& e, Value input) {
+    CallArgs args;
+    for (const auto& a : e.args) args.pos.push_back(eval(*a));
+    for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a));
+    return apply_filter(e.name, input, args, e.line);
+}
+
+}  // namespace pelican::jinja

@@ -1,0 +1,48 @@
+#include "jinja/jinja.h"
+
+#include <exception>
+
+#include <nlohmann/json.hpp>
+
+#include "jinja/ast.h"
+#include "jinja/interp.h"
+
+namespace pelican::jinja {
+
+struct Template::Impl {
+    Body body;
+};
+
+Template::Template() = default;
+Template::~Template() = default;
+Template::Template(Template&&) noexcept = default;
+Template& Template::operator=(Template&&) noexcept = default;
+
+Expected<Template> Template::parse(std::string_view source) {
+    try {
+        Template t;
+        t.impl_ = std::make_unique<Impl>();
+        t.impl_->body = parse_template(source);
+        return t;
+    } catch (const RenderError& e) {
+        return Error{e.message};
+    } catch (const std::exception& e) {
+        return Error{std::string("template parse failed: ") + e.what()};
+    }
+}
+
+Expected<std::string> Template::render(const nlohmann::json& context, const RenderOptions& opt) const {
+    if (!impl_) return Error{"template: render called on an empty Template"};
+    if (!context.is_object() && !context.is_null())
+        return Error{"template: render context must be a JSON object"};
+    try {
+        Interp interp(opt.now);
+        return interp.render(impl_->body, Value::from_json(context));
+    } catch (const RenderError& e) {
+        return Error{e.message};
+    } catch (const std::exception& e) {
+        return Error{std::string("template render failed: ") + e.what()};
+    }
+}
+
+}  // namespace pelican::jinja
