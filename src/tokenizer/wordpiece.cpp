@@ -54,8 +54,18 @@ public:
             static_cast<size_t>(id) < spec_.types.size() ? spec_.types[id] : TokenType::Normal;
         if (type == TokenType::Control || type == TokenType::Unknown || type == TokenType::UserDefined)
             return t;
-        if (phantom_) return starts_with(t, kPhantom) ? " " + t.substr(kPhantom.size()) : t;
-        return starts_with(t, kHashes) ? t.substr(kHashes.size()) : " " + t;
+        // (appends, not " " + t: GCC 12 -O3 flags that with a false -Wrestrict)
+        std::string r;
+        if (phantom_) {
+            if (!starts_with(t, kPhantom)) return t;
+            r += ' ';
+            r.append(t, kPhantom.size());
+        } else {
+            if (starts_with(t, kHashes)) return t.substr(kHashes.size());
+            r += ' ';
+            r += t;
+        }
+        return r;
     }
 
 private:

@@ -179,10 +179,8 @@ TEST(WordPieceVocab, BertBge) {
         if (got == expected[i]) {
             ++passed;
         } else {
-            std::string g, e;
-            for (int32_t id : got) g += " " + std::to_string(id);
-            for (int32_t id : expected[i]) e += " " + std::to_string(id);
-            ADD_FAILURE() << "case " << i << " [" << cases[i] << "]\n got:" << g << "\n exp:" << e;
+            ADD_FAILURE() << "case " << i << " [" << cases[i] << "]\n got: " << ::testing::PrintToString(got)
+                          << "\n exp: " << ::testing::PrintToString(expected[i]);
         }
     }
     std::printf("bert-bge: %zu/%zu cases passed\n", passed, cases.size());
@@ -193,7 +191,7 @@ TEST(WordPieceVocab, BertBge) {
         if (t.rfind(kSp, 0) == 0)
             t = t.substr(kSp.size());
         else if (!(t.size() > 1 && t.front() == '[' && t.back() == ']'))
-            t = "##" + t;
+            t.insert(0, "##");
     }
     auto m_hf = make_wordpiece_model(hf);
     ASSERT_TRUE(m_hf.ok());
