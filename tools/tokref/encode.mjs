@@ -11,9 +11,11 @@
 //                    only non-special added tokens are matched, like pelican's parse_special=false
 //                    (HF: split_special_tokens=True)
 //   --add-special    add_special_tokens=true (BOS/EOS from the post-processor); default false
-//   --decode         also decode the ids of every input (skip_special_tokens=false)
+//   --decode         also decode the ids of every input (skip_special_tokens=false), both without
+//                    clean-up ("decoded") and with the config's clean_up_tokenization_spaces
+//                    ("decoded_clean"; transformers.js defaults it to true when the config has none)
 //
-// prints one JSON object: {"ids": [[...], ...], "decoded": [...]?, "chars": N}
+// prints one JSON object: {"ids": [[...], ...], "decoded": [...]?, "decoded_clean": [...]?, "chars": N}
 // "ids" has one array per input unit in order; "chars" counts UTF-16 code units encoded.
 import fs from "node:fs";
 import path from "node:path";
@@ -61,6 +63,8 @@ function split_lines(text) {
   return out;
 }
 
+process.on("uncaughtException", (e) => die(e && e.message ? e.message : String(e)));
+
 const args = process.argv.slice(2);
 if (args.length < 1 || args[0] === "--help") {
   die("usage: node encode.mjs TOKENIZER [--lines] [--special] [--add-special] [--decode] [--text S] FILE...");
@@ -93,12 +97,20 @@ for (const inp of inputs) {
 }
 
 const result = { ids: [], chars: 0 };
-if (decode) result.decoded = [];
+if (decode) {
+  result.decoded = [];
+  result.decoded_clean = [];
+}
 for (const u of units) {
   const ids = tok.encode(u, { add_special_tokens: add_special });
   result.ids.push(ids);
   result.chars += u.length;
-  if (decode) result.decoded.push(tok.decode(ids, { skip_special_tokens: false }));
+  // transformers.js refuses to decode an empty list; its text is "".
+  if (decode) {
+    const raw = { skip_special_tokens: false, clean_up_tokenization_spaces: false };
+    result.decoded.push(ids.length ? tok.decode(ids, raw) : "");
+    result.decoded_clean.push(ids.length ? tok.decode(ids, { skip_special_tokens: false }) : "");
+  }
 }
 process.stdout.write(JSON.stringify(result));
 process.stdout.write("\n");
