@@ -264,6 +264,28 @@ Status dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     return {};
 }
 
+Status dequantize_tensor(const Tensor& src, float* dst) {
+    const auto& info = dtype_info(src.dtype);
+    if (src.n_elements() == 0) return {};
+    if (src.data == nullptr || dst == nullptr || src.ne[0] % info.block_elems != 0)
+        return make_error("dequantize: malformed view {}", src.describe());
+    if (src.is_contiguous()) return dequantize_row(src.dtype, src.data, dst, src.n_elements());
+    const bool dense_rows = src.ne[0] == info.block_elems || src.nb[0] == info.block_bytes;
+    if (!dense_rows && info.block_elems > 1)
+        return make_error("dequantize: {} has strided blocks along dim 0", src.describe());
+    for (int64_t r = 0; r < src.n_rows(); ++r) {
+        const Tensor row = src.row(r);
+        float* out = dst + r * src.ne[0];
+        if (dense_rows) {
+            info.to_float(row.data, out, src.ne[0]);
+        } else {  // strided plain type (e.g. a transpose): one element at a time
+            for (int64_t i = 0; i < src.ne[0]; ++i)
+                info.to_float(static_cast<const uint8_t*>(row.data) + i * src.nb[0], out + i, 1);
+        }
+    }
+    return {};
+}
+
 bool can_quantize(DType t) { return dtype_info(t).from_float != nullptr; }
 
 Status quantize_row(DType t, const float* src, void* dst, int64_t n) {

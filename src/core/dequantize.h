@@ -10,12 +10,17 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
 namespace pelican {
 
 // dst[0..n) = src as fp32. src holds n / block_elems blocks. Errors: n negative or not a multiple
 // of the block size, null pointers with n > 0.
 Status dequantize_row(DType t, const void* src, float* dst, int64_t n);
+
+// dst[0..n_elements) = the whole view as fp32, rows in order (ne[0] fastest). Handles strided
+// views (slices, transposes of plain types). Errors: a view that is not well formed.
+Status dequantize_tensor(const Tensor& src, float* dst);
 
 // Reference round-to-nearest quantizer: dst = n / block_elems blocks of type t. Types with one:
 // F32, F16, BF16, F8_E4M3 (saturating), Q4_0, Q4_1, Q8_0, Q8_1, Q4_K, Q6_K, Q8_K.

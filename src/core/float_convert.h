@@ -87,8 +87,8 @@ inline uint8_t f32_to_e4m3(float f) {
     if (ax >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448 (and inf): saturate
     if (ax >= 0x3c800000u) {  // >= 2^-6: normal e4m3; round to nearest even at bit 20
         const uint32_t r = ax + 0x7ffffu + ((ax >> 20) & 1u);
-        const uint32_t v = (r - 0x3c000000u) >> 20;  // rebias 127 -> 7
-        return static_cast<uint8_t>(sign | (v > 0x7eu ? 0x7eu : v));
+        // rebias 127 -> 7; inputs below 448 round to at most 448 (0x7e), never to the NaN code
+        return static_cast<uint8_t>(sign | ((r - 0x3c000000u) >> 20));
     }
     if (ax < 0x3a800000u) return sign;  // < 2^-10, half the smallest subnormal 2^-9: rounds to 0
     // Subnormal: m * 2^-9, m in [0, 8]; m == 8 is the smallest normal (bits 0x08).

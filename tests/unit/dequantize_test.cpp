@@ -519,5 +519,41 @@ TEST(Quantize, FloatTypesRoundTrip) {
     }
 }
 
+TEST(Dequantize, WholeTensorsContiguousAndStrided) {
+    // 3 rows of 64 Q8_0 elements: row r block b has d = 1 and qs[i] = 10r + b + (i == 0).
+    std::vector<BlockQ8_0> blocks(6);
+    for (int r = 0; r < 3; ++r)
+        for (int b = 0; b < 2; ++b) {
+            auto& blk = blocks[static_cast<size_t>(2 * r + b)];
+            blk.d = kH1;
+            for (int i = 0; i < 32; ++i) blk.qs[i] = static_cast<int8_t>(10 * r + b + (i == 0));
+        }
+    auto t = Tensor::contiguous_view(DType::Q8_0, {64, 3}, blocks.data());
+    ASSERT_TRUE(t.ok());
+    std::vector<float> y(192);
+    ASSERT_TRUE(dequantize_tensor(*t, y.data()).ok());
+    EXPECT_EQ(y[64 * 2 + 32], 22.0f);  // row 2, block 1, i = 0
+    EXPECT_EQ(y[64 * 2 + 33], 21.0f);
+    auto second_blocks = t->slice(0, 32, 32);  // strided rows
+    ASSERT_TRUE(second_blocks.ok());
+    ASSERT_TRUE(dequantize_tensor(*second_blocks, y.data()).ok());
+    EXPECT_EQ(y[0], 2.0f);
+    EXPECT_EQ(y[32 * 2 + 1], 21.0f);
+    // Transposed f32 [3 x 2] -> [2 x 3].
+    float m[6] = {0, 1, 2, 3, 4, 5};  // ne = {3, 2}: rows {0,1,2}, {3,4,5}
+    auto f = Tensor::contiguous_view(DType::F32, {3, 2}, m);
+    ASSERT_TRUE(f.ok());
+    auto tr = f->transpose(0, 1);
+    ASSERT_TRUE(tr.ok());
+    float out[6];
+    ASSERT_TRUE(dequantize_tensor(*tr, out).ok());
+    const float want[6] = {0, 3, 1, 4, 2, 5};
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(out[i], want[i]) << i;
+    Tensor bad = *t;
+    bad.nb[0] = 40;  // corrupt stride of a block type
+    bad.ne[1] = 1;
+    EXPECT_FALSE(dequantize_tensor(bad, y.data()).ok());
+}
+
 }  // namespace
 }  // namespace pelican
