@@ -92,6 +92,7 @@ Value do_tojson(const Value& v, const CallArgs& a) {
 }
 
 Value select_or_reject(const Value& seq, const CallArgs& a, bool select, bool by_attr, const char* name) {
+    if (!seq.truthy()) return Value::iter({});  // jinja2: `if value:` guards the loop
     size_t first_test_arg = by_attr ? 1 : 0;
     Value attribute;
     if (by_attr) {
@@ -114,6 +115,7 @@ Value select_or_reject(const Value& seq, const CallArgs& a, bool select, bool by
 
 Value do_map(const Value& seq, const CallArgs& a) {
     List out;
+    if (!seq.truthy()) return Value::iter({});
     const Value* attribute = nullptr;
     const Value* dflt = nullptr;
     for (const auto& [k, v] : a.kw) {
@@ -276,32 +278,6 @@ Value do_title(const Value& v) {
     return Value::string(std::move(out));
 }
 
-std::string html_escape(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        switch (c) {
-            case '&':
-                out += "&amp;";
-                break;
-            case '<':
-                out += "&lt;";
-                break;
-            case '>':
-                out += "&gt;";
-                break;
-            case '"':
-                out += "&#34;";
-                break;
-            case '\'':
-                out += "&#39;";
-                break;
-            default:
-                out.push_back(c);
-        }
-    }
-    return out;
-}
-
 const std::unordered_map<std::string, FilterFn>& filters() {
     static const std::unordered_map<std::string, FilterFn> f = [] {
         std::unordered_map<std::string, FilterFn> m;
@@ -361,10 +337,10 @@ const std::unordered_map<std::string, FilterFn>& filters() {
         };
         m["list"] = [](const Value& v, const CallArgs&) { return Value::list(iterate(v)); };
         m["string"] = [](const Value& v, const CallArgs&) { return Value::string(py_str(v)); };
-        m["safe"] = [](const Value& v, const CallArgs&) {
-            return v.is_string() ? v : Value::string(py_str(v));
+        m["safe"] = [](const Value& v, const CallArgs&) { return Value::markup(py_str(v)); };
+        m["escape"] = [](const Value& v, const CallArgs&) {
+            return v.is_markup() ? v : Value::markup(html_escape(py_str(v)));
         };
-        m["escape"] = [](const Value& v, const CallArgs&) { return Value::string(html_escape(py_str(v))); };
         m["e"] = m["escape"];
         m["forceescape"] = m["escape"];
         m["int"] = do_int;

@@ -26,9 +26,14 @@ Value missing_item(const Value& obj, const Value& key) {
     fail(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
 }
 
-int64_t checked(bool overflow, int64_t v) {
+// Python ints are unbounded; ours are int64 and overflow is an error.
+int64_t checked_op(char op, int64_t a, int64_t b) {
+    int64_t r = 0;
+    bool overflow = op == '+'   ? __builtin_add_overflow(a, b, &r)
+                    : op == '-' ? __builtin_sub_overflow(a, b, &r)
+                                : __builtin_mul_overflow(a, b, &r);
     if (overflow) fail("integer overflow");
-    return v;
+    return r;
 }
 
 Value repeat(const Value& seq, int64_t n) {
@@ -69,11 +74,15 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (op == "~") return Value::string(py_str(a) + py_str(b));
     bool ints = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
     bool nums = a.is_number() && b.is_number();
-    int64_t r = 0;
     if (op == "+") {
-        if (ints) return Value::integer(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r));
+        if (ints) return Value::integer(checked_op('+', a.as_int(), b.as_int()));
         if (nums) return Value::number(a.as_float() + b.as_float());
-        if (a.is_string() && b.is_string()) return Value::string(a.str() + b.str());
+        if (a.is_string() && b.is_string()) {
+            if (a.is_markup() || b.is_markup())
+                return Value::markup((a.is_markup() ? a.str() : html_escape(a.str())) +
+                                     (b.is_markup() ? b.str() : html_escape(b.str())));
+            return Value::string(a.str() + b.str());
+        }
         if (a.is_list() && a.kind() == b.kind()) {
             List out = a.items();
             out.insert(out.end(), b.items().begin(), b.items().end());
@@ -88,12 +97,12 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
         type_error("+", a, b);
     }
     if (op == "-") {
-        if (ints) return Value::integer(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r));
+        if (ints) return Value::integer(checked_op('-', a.as_int(), b.as_int()));
         if (nums) return Value::number(a.as_float() - b.as_float());
         type_error("-", a, b);
     }
     if (op == "*") {
-        if (ints) return Value::integer(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
+        if (ints) return Value::integer(checked_op('*', a.as_int(), b.as_int()));
         if (nums) return Value::number(a.as_float() * b.as_float());
         if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) return repeat(a, b.as_int());
         if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) return repeat(b, a.as_int());
@@ -128,9 +137,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
         if (ints && b.as_int() >= 0) {
             int64_t base = a.as_int(), e = b.as_int(), acc = 1;
             while (e > 0) {
-                if (e & 1) acc = checked(__builtin_mul_overflow(acc, base, &acc), acc);
+                if (e & 1) acc = checked_op('*', acc, base);
                 e >>= 1;
-                if (e) base = checked(__builtin_mul_overflow(base, base, &base), base);
+                if (e) base = checked_op('*', base, base);
             }
             return Value::integer(acc);
         }

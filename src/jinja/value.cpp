@@ -307,6 +307,32 @@ std::string py_string_repr(const std::string& s) {
     return out;
 }
 
+std::string html_escape(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        switch (c) {
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&#34;";
+                break;
+            case '\'':
+                out += "&#39;";
+                break;
+            default:
+                out.push_back(c);
+        }
+    }
+    return out;
+}
+
 std::string py_repr(const Value& v) {
     using K = Value::Kind;
     switch (v.kind()) {

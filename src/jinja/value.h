@@ -72,6 +72,13 @@ public:
         v.str_ = std::move(s);
         return v;
     }
+    // markupsafe.Markup (from |safe / |escape): `+` with a plain str HTML-escapes the str.
+    static Value markup(std::string s) {
+        Value v = string(std::move(s));
+        v.markup_ = true;
+        return v;
+    }
+    bool is_markup() const { return markup_; }
     static Value list(List items = {});
     static Value tuple(List items);
     static Value dict(std::shared_ptr<Dict> d);
@@ -123,6 +130,7 @@ private:
         return v;
     }
     Kind kind_ = Kind::Undefined;
+    bool markup_ = false;
     int64_t i_ = 0;
     double f_ = 0;
     std::string str_;
@@ -160,5 +168,6 @@ std::string py_str(const Value& v);   // str()
 std::string py_repr(const Value& v);  // repr()
 std::string py_float_repr(double d);
 std::string py_string_repr(const std::string& s);
+std::string html_escape(const std::string& s);  // markupsafe.escape
 
 }  // namespace pelican::jinja
