@@ -18,14 +18,17 @@
 namespace pelican {
 
 class GgufFile;
+struct SpecialMatcher;
 
 // The algorithm behind one TokenizerKind, run on a fragment that holds no special tokens.
 class TokenizerModel {
 public:
     virtual ~TokenizerModel() = default;
     // Appends the ids of `text` to `out`. `text` is a fragment between special tokens.
-    // `first_fragment` is true for the first fragment of the input (SPM adds its space prefix only there).
-    virtual void encode_fragment(std::string_view text, bool first_fragment, std::vector<int32_t>& out) const = 0;
+    // `first_fragment` is true for a fragment that starts the input or directly follows an added
+    // token (SPM adds its space prefix there, as llama.cpp does).
+    virtual void encode_fragment(std::string_view text, bool first_fragment,
+                                 std::vector<int32_t>& out) const = 0;
     // Text of one token as it reads in the output ("▁the" -> " the", "Ġ" -> " ", "<0x0A>" -> "\n" bytes).
     virtual std::string decode_token(int32_t id) const = 0;
 };
@@ -49,7 +52,9 @@ public:
     // Any of: GGUF file, tokenizer.json, HF folder.
     static Expected<Tokenizer> load(const std::string& path);
 
+    // Thread-safe (const, no caches). Never fails: bytes that are no token map to unk or are dropped.
     std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt = {}) const;
+    // Control tokens print their text unless skip_special; out-of-range ids are skipped.
     std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
     std::string token_text(int32_t id) const;  // raw stored text of a token
 
@@ -59,7 +64,7 @@ public:
 private:
     std::shared_ptr<const TokenizerSpec> spec_;
     std::shared_ptr<const TokenizerModel> model_;
-    std::shared_ptr<const struct SpecialMatcher> specials_;
+    std::shared_ptr<const SpecialMatcher> specials_;
 };
 
 }  // namespace pelican

@@ -49,7 +49,7 @@ struct TokenizerSpec {
     bool clean_spaces = false;      // decode: clean_up_tokenization_spaces
     bool normalize_nfc = false;     // BPE: NFC-normalize text before pre-tokenizing (HF Qwen2 normalizer)
 
-    std::string chat_template;  // Jinja source, "" when absent
+    std::string chat_template;       // Jinja source, "" when absent
     std::string bos_text, eos_text;  // token texts for templates ("<s>", "<|im_end|>")
 };
 
