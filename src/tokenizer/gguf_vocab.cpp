@@ -79,8 +79,9 @@ void configure_bpe(const GgufFile& f, TokenizerSpec& spec) {
     spec.pre_name = f.get_string("tokenizer.ggml.pre").value_or("");
     const PreTokenizerPreset* p = find_pretokenizer_preset(spec.pre_name);
     if (!p) {
-        log_warn("{}: {} pre-tokenizer \"{}\"; using the GPT-2 regex (tokens may differ from the reference)",
-                 f.name(), spec.pre_name.empty() ? "missing" : "unknown", spec.pre_name);
+        const std::string what = spec.pre_name.empty() ? "no tokenizer.ggml.pre"
+                                                       : "unknown pre-tokenizer \"" + spec.pre_name + "\"";
+        log_warn("{}: {}; using the GPT-2 regex (tokens may differ from the reference)", f.name(), what);
         p = &default_pretokenizer_preset();
     }
     spec.pre_regexes = p->regexes;
