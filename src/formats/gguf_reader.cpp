@@ -13,8 +13,9 @@ namespace {
 
 constexpr uint32_t kMaxTensorDims = 4;
 // Upper bound on metadata values (array elements included): bounds memory for pathological
-// files whose arrays are huge but tiny per element (one GgufValue is ~100 bytes).
-constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 26;
+// files whose arrays are huge but tiny per element (one GgufValue is ~100 bytes); real files
+// carry well under 1M values (vocab + merges + token types).
+constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 24;
 // Smallest tensor info on disk: name length (8) + n_dims (4) + type (4) + offset (8).
 constexpr uint64_t kMinTensorInfoBytes = 24;
 // Smallest KV on disk: key length (8) + value type (4) + one byte of value.
@@ -191,6 +192,7 @@ struct GgufParser {
         size_t at = pos;
         PELICAN_ASSIGN(std::string_view name, read_str("tensor name"));
         context = fmt::format("tensor '{}'", clip(name));
+        if (name.empty()) return fail(at, "empty tensor name");
         if (!seen.insert(name).second) return fail(at, "duplicate tensor name");
         t.name.assign(name);
         at = pos;

@@ -282,6 +282,15 @@ TEST(GgufCorrupt, DuplicateTensor) {
     expect_error(b.bytes, "tensor 'w': duplicate tensor name");
 }
 
+TEST(GgufCorrupt, EmptyTensorName) {
+    GgufBuilder b;
+    b.header(3, 1, 0);
+    b.tensor_info("", {8}, 0, 0);
+    b.pad_to(32);
+    b.zeros(32);
+    expect_error(b.bytes, "empty tensor name");
+}
+
 TEST(GgufCorrupt, Misaligned) {
     GgufBuilder b;
     b.header(3, 1, 0);
