@@ -73,12 +73,16 @@ Expected<HfWeights> HfWeights::open(const std::string& path) {
     std::vector<std::string> files;
     std::map<std::string, std::string> index;  // tensor -> shard name, when indexed
     fs::path dir(path);
-    if (!fs::is_directory(path, ec)) {
-        files.push_back(path);
-    } else if (fs::is_regular_file(dir / "model.safetensors", ec)) {
-        files.push_back((dir / "model.safetensors").string());
-    } else if (fs::is_regular_file(dir / "model.safetensors.index.json", ec)) {
-        std::string index_path = (dir / "model.safetensors.index.json").string();
+    std::string index_path;  // set when reading through an index
+    bool is_dir = fs::is_directory(path, ec);
+    if (!is_dir && path.ends_with(".index.json")) {
+        index_path = path;
+        dir = fs::path(path).parent_path();
+    } else if (is_dir && !fs::is_regular_file(dir / "model.safetensors", ec) &&
+               fs::is_regular_file(dir / "model.safetensors.index.json", ec)) {
+        index_path = (dir / "model.safetensors.index.json").string();
+    }
+    if (!index_path.empty()) {
         PELICAN_ASSIGN(index, read_index(index_path));
         std::vector<std::string> names;
         for (const auto& [t, s] : index) names.push_back(s);
@@ -91,6 +95,10 @@ Expected<HfWeights> HfWeights::open(const std::string& path) {
             files.push_back(p.string());
         }
         w.indexed_ = true;
+    } else if (!is_dir) {
+        files.push_back(path);
+    } else if (fs::is_regular_file(dir / "model.safetensors", ec)) {
+        files.push_back((dir / "model.safetensors").string());
     } else {
         for (const auto& e : fs::directory_iterator(dir, ec))
             if (e.is_regular_file(ec) && e.path().extension() == ".safetensors")

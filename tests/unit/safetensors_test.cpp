@@ -339,6 +339,10 @@ TEST(HfFolder, ShardedLookup) {
     // Moving the folder keeps lookups valid.
     HfWeights moved = std::move(*w);
     EXPECT_EQ(moved.find("b.weight")->data.size(), 16u);
+    // The index file itself is also accepted as the path.
+    auto via_index = HfWeights::open((d.path / "model.safetensors.index.json").string());
+    ASSERT_TRUE(via_index.ok()) << via_index.error().message;
+    EXPECT_EQ(via_index->n_tensors(), 3u);
 
     auto s = hf_model_summary(d.path.string(), true);
     ASSERT_TRUE(s.ok()) << s.error().message;
