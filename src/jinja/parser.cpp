@@ -86,7 +86,10 @@ private:
             const Token& t = cur();
             if (t.type == Tok::Eof) {
                 if (ends.size() == 0) return body;
-                fail_here(fmt::format("'{}'", *ends.begin()));
+                const char* closer = *ends.begin();
+                for (const char* e : ends)
+                    if (std::string_view(e).substr(0, 3) == "end") closer = e;
+                fail_here(fmt::format("'{}'", closer));
             }
             if (t.type == Tok::Data) {
                 auto s = std::make_unique<Stmt>();

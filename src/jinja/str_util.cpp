@@ -106,9 +106,7 @@ std::vector<std::string> py_split(const std::string& s, const std::string* sep, 
             while (i < u.size() && py_isspace(u[i])) ++i;
             if (i >= u.size()) break;
             if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-                size_t e = u.size();
-                while (e > i && py_isspace(u[e - 1])) --e;
-                out.push_back(utf8_encode(std::u32string_view(u).substr(i, e - i)));
+                out.push_back(utf8_encode(std::u32string_view(u).substr(i)));  // remainder keeps its tail
                 break;
             }
             size_t b = i;
@@ -121,9 +119,7 @@ std::vector<std::string> py_split(const std::string& s, const std::string* sep, 
             while (i > 0 && py_isspace(u[i - 1])) --i;
             if (i == 0) break;
             if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-                size_t b = 0;
-                while (b < i && py_isspace(u[b])) ++b;
-                out.insert(out.begin(), utf8_encode(std::u32string_view(u).substr(b, i - b)));
+                out.insert(out.begin(), utf8_encode(std::u32string_view(u).substr(0, i)));
                 break;
             }
             size_t e = i;
