@@ -7,6 +7,7 @@
 //   --lines          encode each line of each file separately (a line keeps its trailing "\n";
 //                    a final line without "\n" is included; nothing else is dropped)
 //   --text STRING    encode STRING (may be repeated; mixed with FILEs in command-line order)
+//   --json FILE      encode each string of the JSON array of strings in FILE
 //   --special        match special added tokens in the text ("<|im_start|>" -> one id); without it
 //                    only non-special added tokens are matched, like pelican's parse_special=false
 //                    (HF: split_special_tokens=True)
@@ -84,6 +85,11 @@ for (let i = 1; i < args.length; ++i) {
   else if (a === "--text") {
     if (i + 1 >= args.length) die("--text needs a value");
     inputs.push({ kind: "text", value: args[++i] });
+  } else if (a === "--json") {
+    if (i + 1 >= args.length) die("--json needs a file");
+    const list = JSON.parse(fs.readFileSync(args[++i], "utf8"));
+    if (!Array.isArray(list) || !list.every((x) => typeof x === "string")) die("--json: not an array of strings");
+    for (const t of list) inputs.push({ kind: "text", value: t });
   } else if (a.startsWith("--")) die(`unknown option ${a}`);
   else inputs.push({ kind: "file", value: a });
 }
