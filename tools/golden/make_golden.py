@@ -40,6 +40,7 @@ VARIANTS = {
                               rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                                 high_freq_factor=4.0, original_max_position_embeddings=64)),
     "llama-rope-yarn": dict(model_type="llama",
+                            max_position_embeddings=128,
                             rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)),
     "qwen2": dict(model_type="qwen2", tie_word_embeddings=True, rope_theta=1000000.0),
     "qwen3": dict(model_type="qwen3", head_dim=32, num_hidden_layers=3),
@@ -85,9 +86,10 @@ def perturb(model, gen):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype))
 
 
-def make_variant(name, overrides, out_root, tok_dir, tok):
-    torch.manual_seed(SEED)
-    gen = torch.Generator().manual_seed(SEED)
+def make_variant(index, name, overrides, out_root, tok_dir, tok):
+    seed = SEED + index  # a different seed per variant, so no two fixtures share weights
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
     cfg_dict = dict(BASE)
     cfg_dict.update(overrides)
     model_type = cfg_dict.pop("model_type")
@@ -109,7 +111,7 @@ def make_variant(name, overrides, out_root, tok_dir, tok):
         with open(os.path.join(tok_dir, f), "rb") as src, open(os.path.join(out, f), "wb") as dst:
             dst.write(src.read())
 
-    rng = random.Random(SEED)
+    rng = random.Random(seed)
     tokens_a = [rng.randrange(5, VOCAB) for _ in range(40)]
     tokens_b = [rng.randrange(5, VOCAB) for _ in range(17)]
     m64 = model.to(torch.float64)
@@ -124,7 +126,7 @@ def make_variant(name, overrides, out_root, tok_dir, tok):
         "tokens_b": torch.tensor(tokens_b, dtype=torch.int32), "logits_b": lb.contiguous(),
         "greedy_prompt": torch.tensor(prompt, dtype=torch.int32), "greedy_tokens": torch.tensor(g, dtype=torch.int32),
     }, os.path.join(out, "reference.safetensors"))
-    meta = dict(variant=name, model_type=model_type, seed=SEED, torch=torch.__version__,
+    meta = dict(variant=name, model_type=model_type, seed=seed, torch=torch.__version__,
                 transformers=transformers.__version__, tokens_a=tokens_a, tokens_b=tokens_b,
                 greedy_prompt_text=GREEDY_PROMPT, greedy_prompt=prompt, greedy_tokens=g,
                 greedy_text=tok.decode(g), n_params=sum(p.numel() for p in model.parameters()))
@@ -141,8 +143,8 @@ def main():
     tok_dir = os.path.join(args.out, "_tokenizer")
     os.makedirs(tok_dir, exist_ok=True)
     tok = train_tokenizer(tok_dir)
-    for name, overrides in VARIANTS.items():
-        make_variant(name, overrides, args.out, tok_dir, tok)
+    for index, (name, overrides) in enumerate(VARIANTS.items()):
+        make_variant(index, name, overrides, args.out, tok_dir, tok)
 
 
 if __name__ == "__main__":
