@@ -1,0 +1,124 @@
+// Fast CPU ops: multithreaded SIMD kernels (AVX-512 / AVX2 picked at run time, scalar fallback)
+// with the same semantics as the references in ops/ops.h (see there for shapes and formulas).
+// This is the API the model layer calls on the CPU.
+//
+//   cpu::Weight wq = *cpu::Weight::prepare(tensor);   // once, at load
+//   cpu::matmul(wq, x, n_tok, y, scratch, pool);      // per forward; never allocates
+//
+// Threads: ops that take a ThreadPool split their work over it (the caller is thread 0). The
+// pool must not be busy with another job from this thread (no calls from inside its tasks
+// unless serial execution is intended: see core/thread_pool.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/buffer.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "ops/ops.h"
+
+namespace pelican::cpu {
+
+// ---- instruction set ---------------------------------------------------------------------------
+enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
+// kAvx2 needs AVX2+FMA+F16C; kAvx512 needs AVX-512 F/BW/VL/VNNI (+F16C).
+Isa detected_isa();
+// The ISA kernels use: detected_isa(), lowered by the env var PELICAN_CPU_ISA=scalar|avx2|avx512
+// (read once) or by set_isa(). Never above detected_isa().
+Isa active_isa();
+// For tests and benchmarks: use isa (clamped to detected_isa()). Not thread-safe against running
+// ops; call it between ops. Weights prepared under another ISA stay valid (kernels follow the
+// Weight's layout).
+void set_isa(Isa isa);
+const char* isa_name(Isa isa);
+
+// ---- matmul weights ----------------------------------------------------------------------------
+// Types the CPU matmul accepts as weights.
+bool matmul_supported(DType t);
+
+// A matmul weight W [n_out, n_in] prepared for the CPU kernels. Move-only.
+// prepare() either keeps a VIEW of the tensor's memory (which must then outlive the Weight) or
+// repacks it into a kernel-friendly layout it owns (currently Q4_0 and Q8_0 with n_out % 16 == 0
+// on AVX-512 VNNI machines: 16 rows interleaved so one vpdpbusd serves 16 outputs).
+class Weight {
+public:
+    enum class Layout : uint8_t {
+        kRows,          // GGUF rows as stored (view)
+        kInterleave16,  // 16-row groups, blocks interleaved in 4-byte words (owned copy)
+    };
+
+    Weight() = default;
+    Weight(Weight&&) noexcept = default;
+    Weight& operator=(Weight&&) noexcept = default;
+
+    // w: a 2-D GGUF tensor ne = {n_in, n_out} (ne[2] = ne[3] = 1) of a matmul_supported type,
+    // rows dense (nb[0] = block bytes), any row stride nb[1] >= row bytes.
+    // allow_repack = false always keeps a view (layout kRows).
+    // Errors: unsupported type, bad shape, allocation failure (message names the tensor).
+    static Expected<Weight> prepare(const Tensor& w, bool allow_repack = true);
+
+    DType type() const { return type_; }
+    int64_t n_in() const { return n_in_; }
+    int64_t n_out() const { return n_out_; }
+    Layout layout() const { return layout_; }
+    const void* data() const { return data_; }
+    int64_t row_stride() const { return row_stride_; }  // bytes between rows (kRows)
+    // Weight bytes one matmul streams (n_out rows of n_in elements): for GB/s figures.
+    int64_t bytes() const { return n_out_ * static_cast<int64_t>(*dtype_row_bytes(type_, n_in_)); }
+
+private:
+    DType type_ = DType::F32;
+    Layout layout_ = Layout::kRows;
+    int64_t n_in_ = 0;
+    int64_t n_out_ = 0;
+    int64_t row_stride_ = 0;
+    const void* data_ = nullptr;
+    Buffer owned_;  // repacked copy (empty for views)
+};
+
+// Scratch bytes matmul needs for n_tok tokens of n_in inputs (activation quantization), for any
+// weight type. Allocate once for the largest n_in and n_tok and reuse.
+size_t matmul_scratch_bytes(int64_t n_in, int64_t n_tok);
+
+// y[t, o] = sum_i W[o, i] * x[t, i];  x [n_tok, n_in] fp32, y [n_tok, n_out] fp32 (no aliasing).
+// Quantized weights: x is quantized once per call to 8-bit blocks (ops/act_quant.h) and the dot
+// products are integer; results equal ref::matmul_act_rounded up to fp32 rounding.
+// F32/F16/BF16 weights: fp32 activations, fp32 accumulation (equals ref::matmul up to rounding).
+// scratch: >= matmul_scratch_bytes(n_in, n_tok) bytes, 64-byte aligned.
+void matmul(const Weight& w, const float* x, int64_t n_tok, float* y, std::span<std::byte> scratch,
+            ThreadPool& pool);
+// Same with an internal per-thread scratch that grows on demand (allocates only when a call
+// needs more than any earlier call on this thread).
+void matmul(const Weight& w, const float* x, int64_t n_tok, float* y, ThreadPool& pool);
+
+// ---- normalisation, rope, activations ------------------------------------------------------------
+// As ref::rms_norm; rows are split over the pool when pool != nullptr.
+void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps,
+              NormWeight kind = NormWeight::kPlain, ThreadPool* pool = nullptr);
+// As ref::rope_table / ref::rope.
+void rope_table(const float* inv_freq, int n_rot, const int64_t* pos, int64_t n_pos, float mscale,
+                float* cos_out, float* sin_out);
+void rope(float* x, int64_t n_tok, int n_head, int head_dim, int64_t tok_stride, int n_rot, const float* cos,
+          const float* sin, RopeLayout layout);
+void softmax(float* x, int64_t n_rows, int64_t n);
+void silu(const float* x, float* y, int64_t n);
+void gelu_tanh(const float* x, float* y, int64_t n);
+void gelu_erf(const float* x, float* y, int64_t n);
+void swiglu(const float* gate, const float* up, float* y, int64_t n);
+void add(const float* a, const float* b, float* y, int64_t n);
+void mul(const float* a, const float* b, float* y, int64_t n);
+void scale(const float* x, float s, float* y, int64_t n);
+void add_bias(float* y, const float* bias, int64_t n_rows, int64_t n);
+
+// ---- attention -----------------------------------------------------------------------------------
+// As ref::attention (online softmax in fp32), split over (token, KV head) pairs. No allocation.
+// head_dim <= kMaxHeadDim.
+inline constexpr int kMaxHeadDim = 512;
+void attention(const float* q, const void* k_cache, const void* v_cache, int64_t pos0, int64_t n_tok,
+               const AttentionParams& p, float* out, ThreadPool& pool);
+
+}  // namespace pelican::cpu
