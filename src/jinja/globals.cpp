@@ -35,11 +35,14 @@ Value do_range(const CallArgs& a) {
         if (a.pos.size() == 3) step = int_arg(a.pos[2], "range");
     }
     if (step == 0) fail("range() arg 3 must not be zero");
+    // Element count computed up front (in 128-bit to avoid overflow) so nothing is allocated for huge ranges.
+    __int128 span = step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+    __int128 mag = step > 0 ? step : -static_cast<__int128>(step);
+    __int128 count = span <= 0 ? 0 : (span + mag - 1) / mag;
+    if (count > static_cast<__int128>(kMaxSequence)) fail("range too big");
     List out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-        if (out.size() >= kMaxSequence) fail("range too big");
-        out.push_back(Value::integer(i));
-    }
+    out.reserve(static_cast<size_t>(count));
+    for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) out.push_back(Value::integer(start + k * step));
     return Value::list(std::move(out));
 }
 

@@ -17,7 +17,7 @@ namespace pelican::jinja {
 constexpr size_t kMaxOutputBytes = 64u << 20;  // rendered text
 constexpr int kMaxCallDepth = 256;             // nested macro calls
 constexpr uint64_t kMaxSteps = 50'000'000;     // loop iterations + macro calls + statements
-constexpr size_t kMaxSequence = 10'000'000;    // elements made by range(), string/list repetition
+constexpr size_t kMaxSequence = 1'000'000;     // elements made by range(), string/list repetition
 
 struct Scope {
     std::unordered_map<std::string, Value> vars;

@@ -41,7 +41,8 @@ Value repeat(const Value& seq, int64_t n) {
         return seq.is_string() ? Value::string("")
                                : (seq.kind() == Value::Kind::Tuple ? Value::tuple({}) : Value::list({}));
     size_t len = seq.is_string() ? seq.str().size() : seq.items().size();
-    if (len != 0 && static_cast<uint64_t>(n) > kMaxSequence / len) fail("sequence repetition too large");
+    size_t limit = seq.is_string() ? kMaxOutputBytes : kMaxSequence;  // bytes or elements
+    if (len != 0 && static_cast<uint64_t>(n) > limit / len) fail("sequence repetition too large");
     if (seq.is_string()) {
         std::string out;
         out.reserve(len * static_cast<size_t>(n));
