@@ -125,9 +125,8 @@ Expected<HfWeights> HfWeights::open(const std::string& path) {
         std::string want = (dir / shard).string();
         if (!t || (*w.shards_)[w.shard_of(tensor)].name() != want)
             return make_error(
-                "{}: index maps tensor '{}' to '{}' but that shard has no such tensor{}",
-                (dir / "model.safetensors.index.json").string(), tensor, shard,
-                t ? fmt::format(" (it is in '{}')", (*w.shards_)[w.shard_of(tensor)].name()) : "");
+                "{}: index maps tensor '{}' to '{}' but that shard has no such tensor{}", index_path, tensor,
+                shard, t ? fmt::format(" (it is in '{}')", (*w.shards_)[w.shard_of(tensor)].name()) : "");
     }
     return w;
 }
