@@ -93,15 +93,15 @@ bool same_ids(const Tokenizer& tok, const std::vector<int32_t>& got, const json&
     return false;
 }
 
-// Encodes `units` with pelican and compares with the reference's ids (one array per unit).
-void compare_units(const Tokenizer& tok, const std::vector<std::string>& units, const json& ref,
+// Encodes `units` with pelican and compares with the reference's ids (`ids`: one array per unit).
+void compare_units(const Tokenizer& tok, const std::vector<std::string>& units, const json& ids,
                    const std::string& label, const EncodeOptions& opt = {}) {
-    ASSERT_TRUE(ref.contains("ids")) << label;
-    ASSERT_EQ(ref["ids"].size(), units.size()) << label << ": the reference split the input differently";
+    ASSERT_TRUE(ids.is_array()) << label;
+    ASSERT_EQ(ids.size(), units.size()) << label << ": the reference split the input differently";
     size_t bytes = 0, cps = 0, n_ids = 0, bad = 0;
     for (size_t u = 0; u < units.size(); ++u) {
         std::vector<int32_t> got = tok.encode(units[u], opt);
-        if (!same_ids(tok, got, ref["ids"][u], label + " unit " + std::to_string(u))) {
+        if (!same_ids(tok, got, ids[u], label + " unit " + std::to_string(u))) {
             if (units[u].size() <= 400)
                 std::cout << "  input: "
                           << json(units[u]).dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
@@ -117,6 +117,35 @@ void compare_units(const Tokenizer& tok, const std::vector<std::string>& units, 
               << " identical\n";
 }
 
+// Runs the reference on `texts` (passed as a JSON file, one node start for all of them).
+json reference_for(const std::string& tokenizer_dir, const std::vector<std::string>& texts,
+                   std::vector<std::string> args = {}) {
+    namespace fs = std::filesystem;
+    fs::path file = fs::temp_directory_path() /
+                    (std::string("pelican_hf_texts_").append(std::to_string(getpid())).append(".json"));
+    std::ofstream(file) << json(texts).dump();
+    args.insert(args.end(), {"--json", file.string()});
+    json ref = run_reference(tokenizer_dir, args);
+    fs::remove(file);
+    if (!ref.contains("ids") || ref["ids"].size() != texts.size()) {
+        ADD_FAILURE() << "the reference returned no ids or a different count";
+        ref["ids"] = json::array();
+        ref["decoded"] = ref["decoded_clean"] = json::array();
+        for (size_t i = 0; i < texts.size(); ++i) {
+            ref["ids"].push_back(json::array());
+            ref["decoded"].push_back("");
+            ref["decoded_clean"].push_back("");
+        }
+    }
+    return ref;
+}
+
+// ids[from, from + n) as a JSON array.
+json slice(const json& ids, size_t from, size_t n) {
+    return json(
+        std::vector<json>(ids.begin() + static_cast<long>(from), ids.begin() + static_cast<long>(from + n)));
+}
+
 class RefTest : public ::testing::TestWithParam<std::string> {
 protected:
     void SetUp() override { PELICAN_REQUIRE_REFERENCE(GetParam()); }
@@ -124,21 +153,16 @@ protected:
     std::string label(const char* what) const { return GetParam() + " " + what; }
 };
 
-TEST_P(RefTest, WikitextWhole) {
-    json ref = run_reference(dir(), {kWikitext});
-    compare_units(load(GetParam()), {read_file(kWikitext)}, ref, label("wikitext whole file"));
-}
-
-TEST_P(RefTest, WikitextLines) {
-    json ref = run_reference(dir(), {"--lines", kWikitext});
-    compare_units(load(GetParam()), split_lines(read_file(kWikitext)), ref, label("wikitext line by line"));
-}
-
-TEST_P(RefTest, MultilingualSample) {
-    json whole = run_reference(dir(), {kSample});
-    compare_units(load(GetParam()), {read_file(kSample)}, whole, label("multilingual+code whole file"));
-    json lines = run_reference(dir(), {"--lines", kSample});
-    compare_units(load(GetParam()), split_lines(read_file(kSample)), lines, label("multilingual+code lines"));
+// wikitext-2 test split as one input and line by line (each line with its "\n").
+TEST_P(RefTest, Wikitext) {
+    const std::string text = read_file(kWikitext);
+    std::vector<std::string> units = split_lines(text);
+    units.insert(units.begin(), text);
+    json ids = reference_for(dir(), units)["ids"];
+    const Tokenizer& tok = load(GetParam());
+    compare_units(tok, {text}, slice(ids, 0, 1), label("wikitext whole file"));
+    compare_units(tok, {units.begin() + 1, units.end()}, slice(ids, 1, units.size() - 1),
+                  label("wikitext line by line"));
 }
 
 // Short inputs at the edges of the pre-tokenizer regex and the added-token matcher.
@@ -176,13 +200,6 @@ const std::vector<std::string> kEdgeCases = {"",
                                              "bom",
                                              "\xe3\x80\x80\xe3\x80\x80ideographic",
                                              "\xc2\xa0\xc2\xa0nbsp"};
-
-TEST_P(RefTest, EdgeCases) {
-    std::vector<std::string> args;
-    for (const auto& s : kEdgeCases) args.insert(args.end(), {"--text", s});
-    json ref = run_reference(dir(), args);
-    compare_units(load(GetParam()), kEdgeCases, ref, label("edge cases"));
-}
 
 // Random strings (fixed seed) mixing scripts, marks, emoji, whitespace and contractions, plus
 // random code points from all planes: the regex and merge paths on inputs nobody wrote by hand.
@@ -291,16 +308,26 @@ std::vector<std::string> random_texts(size_t count) {
     return out;
 }
 
-TEST_P(RefTest, RandomTexts) {
+// The multilingual + source-code sample (whole and line by line), the edge cases and random texts.
+TEST_P(RefTest, SamplesEdgeCasesAndRandomTexts) {
+    const std::string sample = read_file(kSample);
+    const std::vector<std::string> lines = split_lines(sample);
     const char* n = std::getenv("PELICAN_RANDOM_TEXTS");  // more for a soak run
-    std::vector<std::string> texts = random_texts(n ? std::strtoul(n, nullptr, 10) : 400);
-    namespace fs = std::filesystem;
-    fs::path file = fs::temp_directory_path() /
-                    (std::string("pelican_hf_random_").append(std::to_string(getpid())).append(".json"));
-    std::ofstream(file) << json(texts).dump();
-    json ref = run_reference(dir(), {"--json", file.string()});
-    fs::remove(file);
-    compare_units(load(GetParam()), texts, ref, label("random texts"));
+    const std::vector<std::string> random = random_texts(n ? std::strtoul(n, nullptr, 10) : 400);
+    std::vector<std::string> units = {sample};
+    for (const auto* part : {&lines, &kEdgeCases, &random})
+        units.insert(units.end(), part->begin(), part->end());
+    json ids = reference_for(dir(), units)["ids"];
+    const Tokenizer& tok = load(GetParam());
+    size_t at = 0;
+    auto check = [&](const std::vector<std::string>& part, const char* what) {
+        compare_units(tok, part, slice(ids, at, part.size()), label(what));
+        at += part.size();
+    };
+    check({sample}, "multilingual+code whole file");
+    check(lines, "multilingual+code lines");
+    check(kEdgeCases, "edge cases");
+    check(random, "random texts");
 }
 
 // With parse_special, special tokens in the text become single ids, exactly as transformers.js.
@@ -310,11 +337,10 @@ TEST_P(RefTest, ParseSpecialMatchesReference) {
         "<|im_start|>system\nYou are "
         "helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
         "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", "a<|endoftext|>b"};
-    std::vector<std::string> args = {"--special"};
-    for (const auto& s : texts) args.insert(args.end(), {"--text", s});
     EncodeOptions opt;
     opt.parse_special = true;
-    compare_units(load(GetParam()), texts, run_reference(dir(), args), label("parse_special"), opt);
+    compare_units(load(GetParam()), texts, reference_for(dir(), texts, {"--special"})["ids"],
+                  label("parse_special"), opt);
 }
 
 // Without clean-up, decode(ids) equals transformers.js' decode(ids, clean_up_tokenization_spaces=false)
@@ -326,17 +352,11 @@ TEST_P(RefTest, DecodeMatchesReferenceAndRoundTrips) {
     std::vector<std::string> units = split_lines(read_file(kSample));
     units.push_back(read_file(kSample));
     for (const auto& s : kEdgeCases) units.push_back(s);
-    // encode.mjs applies --lines to every file: one run for the lines, one for the rest.
-    json lines = run_reference(dir(), {"--decode", "--lines", kSample});
-    std::vector<std::string> edge_args = {"--decode", kSample};
-    for (const auto& s : kEdgeCases) edge_args.insert(edge_args.end(), {"--text", s});
-    json rest = run_reference(dir(), edge_args);
-    ASSERT_TRUE(lines.contains("decoded") && rest.contains("decoded"));
+    for (auto& s : random_texts(400)) units.push_back(std::move(s));
+    json ref = reference_for(dir(), units, {"--decode"});
     std::vector<std::string> decoded, decoded_clean;
-    for (const json* r : {&lines, &rest}) {
-        for (const auto& d : (*r)["decoded"]) decoded.push_back(d.get<std::string>());
-        for (const auto& d : (*r)["decoded_clean"]) decoded_clean.push_back(d.get<std::string>());
-    }
+    for (const auto& d : ref["decoded"]) decoded.push_back(d.get<std::string>());
+    for (const auto& d : ref["decoded_clean"]) decoded_clean.push_back(d.get<std::string>());
     ASSERT_EQ(decoded.size(), units.size());
     ASSERT_EQ(decoded_clean.size(), units.size());
 
@@ -392,12 +412,10 @@ TEST(RefTestLlama3, TemplateProcessingAddsBos) {
     EXPECT_TRUE(tok->spec().add_bos);
     EXPECT_EQ(tok->spec().bos_id, 128000);
     std::vector<std::string> texts = {"Hello world", "", "<|begin_of_text|>x", read_file(kSample)};
-    std::vector<std::string> args = {"--add-special"};
-    for (const auto& s : texts) args.insert(args.end(), {"--text", s});
-    json ref = run_reference(tmp.string(), args);
     EncodeOptions opt;
     opt.add_special = true;
-    compare_units(*tok, texts, ref, "llama3 (TemplateProcessing) add_special", opt);
+    compare_units(*tok, texts, reference_for(tmp.string(), texts, {"--add-special"})["ids"],
+                  "llama3 (TemplateProcessing) add_special", opt);
     EXPECT_EQ(tok->encode("Hello world", opt).front(), 128000);
     fs::remove_all(tmp);
 }
