@@ -1,0 +1,76 @@
+// pelican::Engine: model + tokenizer loading, tokenization, chat prompts, session creation
+// (include/pelican/engine.h).
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+#include "jinja/chat_template.h"
+#include "model/model.h"
+#include "pelican/engine.h"
+#include "runtime/eog.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pelican {
+
+std::string_view stop_reason_name(StopReason r) {
+    switch (r) {
+        case StopReason::kEndOfGeneration:
+            return "end of generation";
+        case StopReason::kMaxTokens:
+            return "max tokens";
+        case StopReason::kStopString:
+            return "stop string";
+        case StopReason::kCallback:
+            return "stopped by callback";
+        case StopReason::kContextFull:
+            return "context full";
+    }
+    return "?";
+}
+
+Engine::~Engine() = default;
+
+Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const EngineOptions& opt) {
+    std::unique_ptr<Engine> e(new Engine());
+    e->path_ = path;
+    PELICAN_ASSIGN(e->model_, Model::load(path, ModelLoadOptions{.allow_repack = opt.allow_repack}));
+    const int64_t n_vocab = e->model_->hparams().n_vocab;
+    if (opt.load_tokenizer) {
+        auto tok = Tokenizer::load(path);
+        if (!tok) return make_error("{} (loading the tokenizer)", tok.error().message);
+        // Tokenizers may list fewer tokens than the embedding has rows (padded vocabularies), never more.
+        if (tok->n_vocab() > n_vocab)
+            return make_error("{}: the tokenizer has {} tokens but the model's embedding has only {} rows",
+                              path, tok->n_vocab(), n_vocab);
+        e->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok).value());
+    }
+    e->eog_ids_ = find_end_of_generation_ids(*e->model_, e->tokenizer_.get(), n_vocab);
+    return e;
+}
+
+int32_t Engine::n_vocab() const { return static_cast<int32_t>(model_->hparams().n_vocab); }
+int64_t Engine::n_ctx_train() const { return model_->hparams().n_ctx_train; }
+
+Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_special,
+                                                bool parse_special) const {
+    if (!tokenizer_) return make_error("{}: no tokenizer loaded (give token ids instead of text)", path_);
+    return tokenizer_->encode(text,
+                              EncodeOptions{.add_special = add_special, .parse_special = parse_special});
+}
+
+Expected<std::string> Engine::chat_prompt(std::string_view user_message) const {
+    PELICAN_ASSIGN(jinja::ModelChatTemplate tmpl, jinja::load_model_chat_template(path_));
+    if (tmpl.source.empty()) return make_error("{}: the model has no chat template", path_);
+    nlohmann::json messages = nlohmann::json::array();
+    messages.push_back({{"role", "user"}, {"content", std::string(user_message)}});
+    jinja::ChatTemplateOptions opt;
+    opt.add_generation_prompt = true;
+    opt.bos_token = tmpl.bos_token;
+    opt.eos_token = tmpl.eos_token;
+    auto out = jinja::apply_chat_template(tmpl.source, messages, nlohmann::json(), opt);
+    if (!out) return make_error("{}: {}", tmpl.origin, out.error().message);
+    return std::move(out).value();
+}
+
+}  // namespace pelican
