@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace pelican {
 
 inline constexpr int kActBlock32 = 32;
@@ -30,6 +32,10 @@ struct ActQ8 {
     int64_t n = 0;            // elements per row
     int block = 0;            // 32 or 256
 };
+
+// The activation block the integer kernels use with weights of type t: 32 (Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0), 256 (Q2_K .. Q6_K) or 0 (float weights: activations stay fp32).
+int act_quant_block(DType weight_type);
 
 namespace ref {
 

@@ -66,7 +66,8 @@ public:
     int64_t n_out() const { return n_out_; }
     Layout layout() const { return layout_; }
     const void* data() const { return data_; }
-    int64_t row_stride() const { return row_stride_; }  // bytes between rows (kRows)
+    // Bytes between rows (kRows) or between 16-row groups (kInterleave16).
+    int64_t row_stride() const { return row_stride_; }
     // Weight bytes one matmul streams (n_out rows of n_in elements): for GB/s figures.
     int64_t bytes() const { return n_out_ * static_cast<int64_t>(*dtype_row_bytes(type_, n_in_)); }
 

@@ -1,0 +1,96 @@
+// AVX-512 kernels for F32 / F16 / BF16 weights (GGUF rows) with fp32 activations: each 16-element
+// weight slice is widened to fp32 once and multiplied into kR rows x kT tokens accumulators.
+#include "backend/cpu/kernels_avx512.h"
+#include "backend/cpu/simd_avx512.h"
+
+namespace pelican::cpu::detail {
+namespace {
+
+// Loads 16 weights starting at element i of a row as fp32 (masked: lanes outside m are 0).
+template <WType kType>
+inline __m512 load_w(const uint8_t* row, int64_t i, __mmask16 m) {
+    if constexpr (kType == WType::F32) {
+        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
+    } else if constexpr (kType == WType::F16) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + i));
+    } else {
+        const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + i);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+}
+
+template <WType kType>
+inline __m512 load_w(const uint8_t* row, int64_t i) {
+    if constexpr (kType == WType::F32) {
+        return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    } else if constexpr (kType == WType::F16) {
+        return _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + i)));
+    } else {
+        const __m256i h =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + i));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+}
+
+// kR rows starting at r, kT tokens starting at t.
+template <WType kType, int kR, int kT>
+inline void tile(const MatmulArgs& a, int64_t r, int64_t t) {
+    const uint8_t* rows[kR];
+    for (int k = 0; k < kR; ++k) rows[k] = a.w + (r + k) * a.w_stride;
+    const float* xs[kT];
+    for (int j = 0; j < kT; ++j) xs[j] = a.x + (t + j) * a.n_in;
+    __m512 acc[kR][kT];
+    for (int k = 0; k < kR; ++k)
+        for (int j = 0; j < kT; ++j) acc[k][j] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= a.n_in; i += 16) {
+        __m512 xv[kT];
+        for (int j = 0; j < kT; ++j) xv[j] = _mm512_loadu_ps(xs[j] + i);
+        for (int k = 0; k < kR; ++k) {
+            const __m512 w = load_w<kType>(rows[k], i);
+            for (int j = 0; j < kT; ++j) acc[k][j] = _mm512_fmadd_ps(w, xv[j], acc[k][j]);
+        }
+    }
+    if (i < a.n_in) {
+        const __mmask16 m = static_cast<__mmask16>((1u << (a.n_in - i)) - 1u);
+        __m512 xv[kT];
+        for (int j = 0; j < kT; ++j) xv[j] = _mm512_maskz_loadu_ps(m, xs[j] + i);
+        for (int k = 0; k < kR; ++k) {
+            const __m512 w = load_w<kType>(rows[k], i, m);
+            for (int j = 0; j < kT; ++j) acc[k][j] = _mm512_fmadd_ps(w, xv[j], acc[k][j]);
+        }
+    }
+    for (int k = 0; k < kR; ++k)
+        for (int j = 0; j < kT; ++j) a.y[(t + j) * a.n_out + r + k] = avx512::hsum(acc[k][j]);
+}
+
+template <WType kType, int kR>
+inline void rows_tile(const MatmulArgs& a, int64_t r, int64_t t0, int64_t t1) {
+    constexpr int kT = 4;
+    int64_t t = t0;
+    for (; t + kT <= t1; t += kT) tile<kType, kR, kT>(a, r, t);
+    for (; t < t1; ++t) tile<kType, kR, 1>(a, r, t);
+}
+
+template <WType kType>
+void kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    constexpr int kR = 4;
+    int64_t r = r0;
+    for (; r + kR <= r1; r += kR) rows_tile<kType, kR>(a, r, t0, t1);
+    for (; r < r1; ++r) rows_tile<kType, 1>(a, r, t0, t1);
+}
+
+}  // namespace
+
+void matmul_f32_avx512(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    kernel<WType::F32>(a, r0, r1, t0, t1);
+}
+void matmul_f16_avx512(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    kernel<WType::F16>(a, r0, r1, t0, t1);
+}
+void matmul_bf16_avx512(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    kernel<WType::BF16>(a, r0, r1, t0, t1);
+}
+
+}  // namespace pelican::cpu::detail

@@ -1,0 +1,71 @@
+// Internal interface between the matmul driver (matmul.cpp) and the per-ISA kernel translation
+// units (*_scalar.cpp, *_avx2.cpp, *_avx512.cpp). Plain C++ only: SIMD translation units include
+// nothing with non-static inline functions (no fmt, no std containers), so no AVX-512 copy of a
+// shared inline function can be picked by the linker for code that runs on older CPUs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pelican::cpu::detail {
+
+// Weight types (values equal pelican::DType) and layouts (equal cpu::Weight::Layout).
+enum class WType : uint32_t {
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q8_0 = 8,
+    Q4_K = 12,
+    Q5_K = 13,
+    Q6_K = 14,
+    BF16 = 30
+};
+enum class WLayout : uint8_t { kRows = 0, kInterleave16 = 1 };
+
+// 16-row interleaved layout for 32-element blocks (Q4_0, Q8_0). Rows are grouped by 16
+// (the last group zero-padded: d = 0). Group g of a matrix with nb = n_in / 32 blocks per row:
+//   scales: nb x 16 fp16       d of rows 16g..16g+15 for block b at [b * 16 + r]   (32 B per b)
+//   quants: nb x kWords x 16 x 4 bytes: for block b, word c, row r: the 4 bytes
+//           qs_r[4c .. 4c + 4) of that row's block (Q4_0: kWords = 4; Q8_0: kWords = 8)
+// Group g starts at g * group_bytes; its quants start 32 * nb bytes (rounded up to 64) after.
+inline constexpr int kIlvRows = 16;
+static inline int64_t ilv_scale_bytes(int64_t nb) { return (nb * 32 + 63) / 64 * 64; }
+static inline int64_t ilv_quant_bytes(int64_t nb, int words) { return nb * words * 64; }
+static inline int64_t ilv_group_bytes(int64_t nb, int words) {
+    return ilv_scale_bytes(nb) + ilv_quant_bytes(nb, words);
+}
+
+struct MatmulArgs {
+    const uint8_t* w = nullptr;  // weight data (layout-specific)
+    int64_t w_stride = 0;        // kRows: bytes between rows; kInterleave16: bytes between groups
+    int64_t n_in = 0;
+    int64_t n_out = 0;
+    int64_t n_tok = 0;
+    const float* x = nullptr;        // [n_tok, n_in] fp32 activations
+    const int8_t* xq = nullptr;      // [n_tok, n_in] quantized activations (integer kernels)
+    const float* xd = nullptr;       // [n_tok, n_in / act_block] activation block scales
+    const float* xs = nullptr;       // 32-blocks: [n_tok, n_in / 32] d * sum(qs)
+    const int16_t* xbsum = nullptr;  // 256-blocks: [n_tok, n_in / 16] sums of 16 qs
+    float* y = nullptr;              // [n_tok, n_out]
+};
+
+// Computes y[t, r] for rows [r0, r1) and tokens [t0, t1). For kInterleave16, r0 and r1 are
+// multiples of 16 (r1 may be the padded row count; rows >= n_out are not written).
+using MatmulKernel = void (*)(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+// Activation quantizers (semantics: ops/act_quant.h); one row of n values.
+using QuantizeAct32Fn = void (*)(const float* x, int64_t n, int8_t* qs, float* d, float* s);
+using QuantizeAct256Fn = void (*)(const float* x, int64_t n, int8_t* qs, float* d, int16_t* bsum);
+
+struct KernelTable {
+    MatmulKernel (*find)(WType t, WLayout layout) = nullptr;  // nullptr when it has none
+    QuantizeAct32Fn quantize_act32 = nullptr;
+    QuantizeAct256Fn quantize_act256 = nullptr;
+};
+
+// One table per ISA; the AVX tables exist only on x86-64 builds.
+const KernelTable& scalar_kernels();
+const KernelTable& avx2_kernels();
+const KernelTable& avx512_kernels();
+
+}  // namespace pelican::cpu::detail
