@@ -47,7 +47,8 @@ struct GgufParser {
     GgufFile& out;
     size_t pos = 0;
     uint64_t values_left = kMaxMetadataValues;
-    std::string context;  // "key 'x'" or "tensor 'y'" for messages
+    std::string context;           // "key 'x'" or "tensor 'y'" for messages
+    std::vector<size_t> info_pos;  // file offset of each tensor info
 
     template <typename... Args>
     Error fail(size_t at, fmt::format_string<Args...> f, Args&&... args) const {
@@ -230,7 +231,11 @@ struct GgufParser {
     Status read_tensor_infos(uint64_t n_tensors) {
         std::unordered_set<std::string_view> seen;
         out.tensors_.resize(n_tensors);
-        for (auto& t : out.tensors_) PELICAN_TRY(read_tensor_info(t, seen));
+        info_pos.resize(n_tensors);
+        for (size_t i = 0; i < n_tensors; ++i) {
+            info_pos[i] = pos;
+            PELICAN_TRY(read_tensor_info(out.tensors_[i], seen));
+        }
         context.clear();
         return {};
     }
@@ -245,16 +250,18 @@ struct GgufParser {
             return make_error("{}: data section would start at byte {}, past the end of the file ({} bytes)",
                               file, data, b.size());
         uint64_t avail = b.size() - data;
-        for (const auto& t : out.tensors_) {
+        for (size_t i = 0; i < out.tensors_.size(); ++i) {
+            const auto& t = out.tensors_[i];
+            context = fmt::format("tensor '{}'", clip(t.name));
             if (t.offset % a != 0)
-                return make_error("{}: tensor '{}': data offset {} is not a multiple of the alignment {}",
-                                  file, t.name, t.offset, a);
+                return fail(info_pos[i], "data offset {} is not a multiple of the alignment {}", t.offset, a);
             if (t.offset > avail || t.n_bytes > avail - t.offset)
-                return make_error(
-                    "{}: tensor '{}': data [{}, +{}) runs past the end of the file (data section is {} bytes "
-                    "at byte {})",
-                    file, t.name, t.offset, t.n_bytes, avail, data);
+                return fail(
+                    info_pos[i],
+                    "data [{}, +{}) runs past the end of the file (data section: {} bytes from byte {})",
+                    t.offset, t.n_bytes, avail, data);
         }
+        context.clear();
         std::vector<const GgufTensorInfo*> by_offset;
         by_offset.reserve(out.tensors_.size());
         for (const auto& t : out.tensors_)
@@ -265,8 +272,10 @@ struct GgufParser {
             const auto* p = by_offset[i - 1];
             const auto* q = by_offset[i];
             if (p->offset + p->n_bytes > q->offset)
-                return make_error("{}: tensor '{}' (data [{}, {})) overlaps tensor '{}' (data from {})", file,
-                                  q->name, q->offset, q->offset + q->n_bytes, p->name, p->offset);
+                return make_error(
+                    "{}: at byte {}: tensor '{}' (data [{}, {})) overlaps tensor '{}' (data [{}, {}))", file,
+                    data + q->offset, clip(q->name), q->offset, q->offset + q->n_bytes, clip(p->name),
+                    p->offset, p->offset + p->n_bytes);
         }
         return {};
     }

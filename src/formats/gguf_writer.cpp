@@ -15,15 +15,21 @@ class Encoder {
 public:
     std::vector<uint8_t> out;
 
+    // resize + memcpy rather than vector::insert: GCC 12 warns falsely (-Wstringop-overflow) on
+    // small inserts at -O3.
+    void raw(const void* p, size_t n) {
+        if (n == 0) return;
+        size_t at = out.size();
+        out.resize(at + n);
+        std::memcpy(out.data() + at, p, n);
+    }
     template <typename T>
     void put(T v) {
-        uint8_t b[sizeof(T)];
-        std::memcpy(b, &v, sizeof(T));  // little-endian host
-        out.insert(out.end(), b, b + sizeof(T));
+        raw(&v, sizeof(T));  // little-endian host
     }
     void str(std::string_view s) {
         put<uint64_t>(s.size());
-        out.insert(out.end(), s.begin(), s.end());
+        raw(s.data(), s.size());
     }
     void value(const GgufValue& v) {
         switch (v.type) {
@@ -206,7 +212,7 @@ void GgufWriter::relayout() {
 
 std::vector<uint8_t> GgufWriter::encode_header() const {
     Encoder e;
-    e.out.insert(e.out.end(), {'G', 'G', 'U', 'F'});
+    e.raw("GGUF", 4);
     e.put<uint32_t>(version_);
     e.put<uint64_t>(tensors_.size());
     e.put<uint64_t>(kvs_.size());
@@ -260,6 +266,7 @@ Status GgufWriter::put_zeros(uint64_t n) {
 
 Status GgufWriter::begin(const std::string& path) {
     if (out_ || !path_.empty()) return make_error("GGUF writer: begin() called twice");
+    if (version_ != 2 && version_ != 3) return make_error("GGUF writer: cannot write version {}", version_);
     path_ = path;
     tmp_path_ = path + ".tmp";
     out_ = std::fopen(tmp_path_.c_str(), "wb");
@@ -316,6 +323,7 @@ Status GgufWriter::finish() {
 }
 
 Expected<std::vector<uint8_t>> GgufWriter::to_bytes(std::span<const std::span<const uint8_t>> data) const {
+    if (version_ != 2 && version_ != 3) return make_error("GGUF writer: cannot write version {}", version_);
     if (data.size() != tensors_.size())
         return make_error("GGUF writer: {} data spans for {} tensors", data.size(), tensors_.size());
     for (size_t i = 0; i < data.size(); ++i)
