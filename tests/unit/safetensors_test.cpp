@@ -268,6 +268,44 @@ TEST(SafetensorsWriter, RoundTripAndByteIdentity) {
     fs::remove(p);
 }
 
+// A file written by the reference library (safetensors 0.8.0 via torch save_file, metadata
+// {"format": "pt"}): we read it and rewrite it byte for byte.
+TEST(SafetensorsWriter, ReproducesReferenceLibraryFile) {
+    std::string path =
+        std::string(PELICAN_SOURCE_DIR) + "/tests/fuzz/corpus/safetensors/ref_torch_mixed.safetensors";
+    auto f = SafetensorsFile::open(path);
+    ASSERT_TRUE(f.ok()) << f.error().message;
+    EXPECT_EQ(f->tensors().size(), 9u);
+    EXPECT_EQ(f->metadata().at("format"), "pt");
+    const SafetensorsTensor* i8 = f->find("i.i8");  // torch.arange(7, dtype=int8)
+    ASSERT_NE(i8, nullptr);
+    EXPECT_EQ(i8->dtype_str, "I8");
+    for (size_t i = 0; i < 7; ++i) EXPECT_EQ(i8->data[i], i);
+    const SafetensorsTensor* l = f->find("l.i64");  // torch.arange(3)
+    ASSERT_NE(l, nullptr);
+    int64_t lv[3];
+    std::memcpy(lv, l->data.data(), 24);
+    EXPECT_EQ(lv[2], 2);
+    const SafetensorsTensor* s = f->find("s.f64");  // scalar 1.5
+    ASSERT_NE(s, nullptr);
+    EXPECT_TRUE(s->shape.empty());
+    double sv;
+    std::memcpy(&sv, s->data.data(), 8);
+    EXPECT_EQ(sv, 1.5);
+    EXPECT_EQ(f->find("b.bool")->dtype_str, "BOOL");
+    EXPECT_EQ(f->find("q.f8")->dtype, DType::F8_E4M3);
+    EXPECT_EQ(f->find("w.bf16")->shape, (std::vector<uint64_t>{3, 5}));
+    EXPECT_EQ(f->find("z.empty")->shape, (std::vector<uint64_t>{0, 4}));
+
+    std::vector<SafetensorsWriteTensor> ws;
+    for (const auto& t : f->tensors()) ws.push_back(to_write_tensor(t));
+    auto out = safetensors_serialize(ws, f->metadata());
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    auto m = MappedFile::open(path);
+    ASSERT_TRUE(m.ok());
+    EXPECT_TRUE(std::equal(out->begin(), out->end(), m->bytes().begin(), m->bytes().end()));
+}
+
 TEST(SafetensorsWriter, RejectsBadInput) {
     Bytes four(4);
     auto e = safetensors_serialize({{"a", StDType::F32, {2}, four}}, {});
