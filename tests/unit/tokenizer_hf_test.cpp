@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "core/log.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -488,6 +489,77 @@ TEST(HfTokenizerReal, Llama3SpecialTokensAndBos) {
     EXPECT_EQ(with_bos->encode("Hello world", {.add_special = true}), (Ids{128000, 9906, 1917}));
     EXPECT_EQ(with_bos->encode("Hello world"), (Ids{9906, 1917}));
 }
+
+// The shared GGUF vocabs were converted from these same tokenizer.json files (llama.cpp's way):
+// the HF loader must yield the same vocabulary, merges and token types, and pass llama.cpp's
+// tokenizer test vectors (.inp / .out) too.
+class HfMatchesGguf : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(HfMatchesGguf, SameVocabMergesAndVectors) {
+    const auto [hf_name, gguf_name] = GetParam();
+    PELICAN_REQUIRE_REFERENCE(hf_name);
+    const std::string base =
+        std::string(PELICAN_SHARED_DIR) + "/data/vocab/ggml-vocab-" + gguf_name + ".gguf";
+    auto hf = Tokenizer::from_hf(test::real_tokenizer_dir(hf_name));
+    ASSERT_TRUE(hf.ok()) << hf.error().message;
+    auto gg = Tokenizer::load(base);
+    ASSERT_TRUE(gg.ok()) << gg.error().message;
+    const TokenizerSpec& a = hf->spec();
+    const TokenizerSpec& b = gg->spec();
+    // The GGUF may pad the vocabulary to the model's embedding rows; compare the ids both have.
+    ASSERT_LE(a.tokens.size(), b.tokens.size());
+    size_t same_tokens = 0, same_types = 0;
+    // llama.cpp's converter marks non-special added tokens that look special ("<|fim_prefix|>")
+    // Control; HF (and so pelican's HF loader) keeps them user-defined, matched in plain text.
+    auto looks_special = [](const std::string& t) {
+        return t.size() > 4 && t.compare(0, 2, "<|") == 0 && t.compare(t.size() - 2, 2, "|>") == 0;
+    };
+    for (size_t i = 0; i < a.tokens.size(); ++i) {
+        same_tokens += a.tokens[i] == b.tokens[i];
+        same_types +=
+            a.types[i] == b.types[i] || (a.types[i] == TokenType::UserDefined &&
+                                         b.types[i] == TokenType::Control && looks_special(a.tokens[i]));
+        if (a.tokens[i] != b.tokens[i] || same_types != i + 1)
+            ADD_FAILURE() << "id " << i << ": \"" << a.tokens[i] << "\" type " << static_cast<int>(a.types[i])
+                          << " vs GGUF \"" << b.tokens[i] << "\" type " << static_cast<int>(b.types[i]);
+        if (same_tokens + 5 < i || same_types + 5 < i) break;
+    }
+    EXPECT_EQ(same_tokens, a.tokens.size());
+    EXPECT_EQ(same_types, a.tokens.size());
+    EXPECT_EQ(a.merges, b.merges);
+    EXPECT_EQ(a.ignore_merges, b.ignore_merges);
+    EXPECT_EQ(a.normalize_nfc, b.normalize_nfc);
+
+    std::ifstream inp(base + ".inp"), out(base + ".out");
+    ASSERT_TRUE(inp && out) << base;
+    std::string all((std::istreambuf_iterator<char>(inp)), std::istreambuf_iterator<char>());
+    const std::string sep = "\n__ggml_vocab_test__\n";
+    std::vector<std::string> cases;
+    for (size_t pos = 0;;) {
+        size_t next = all.find(sep, pos);
+        if (next == std::string::npos) break;
+        cases.push_back(all.substr(pos, next - pos));
+        pos = next + sep.size();
+    }
+    size_t passed = 0;
+    std::string line;
+    for (const auto& c : cases) {
+        if (!std::getline(out, line)) break;
+        Ids want;
+        std::istringstream ls(line);
+        for (int32_t id; ls >> id;) want.push_back(id);
+        Ids got = hf->encode(c);
+        EXPECT_EQ(got, want) << json(c).dump();
+        passed += got == want;
+    }
+    EXPECT_GE(cases.size(), 40u);
+    std::printf("%s from tokenizer.json: %zu/%zu llama.cpp vectors\n", hf_name, passed, cases.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Real, HfMatchesGguf,
+                         ::testing::Values(std::make_pair("qwen3", "qwen2"),
+                                           std::make_pair("llama3", "llama-bpe")),
+                         [](const auto& info) { return std::string(info.param.first); });
 
 }  // namespace
 }  // namespace pelican
