@@ -176,7 +176,13 @@ Status load_model(const json& root, const Where& w, TokenizerSpec& spec, TokenId
     int64_t max_id = -1;
     ids.reserve(vocab->size() + added.size());
     for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-        PELICAN_ASSIGN(int32_t id, as_id(it.value(), wm.at("vocab").at(it.key())));
+        const json& v = it.value();
+        int32_t id;
+        if (v.is_number_unsigned() && v.get<uint64_t>() <= INT32_MAX) {
+            id = static_cast<int32_t>(v.get<uint64_t>());  // the common case, without building a key path
+        } else {
+            PELICAN_ASSIGN(id, as_id(v, wm.at("vocab").at(it.key())));
+        }
         ids.emplace(it.key(), id);
         max_id = std::max<int64_t>(max_id, id);
     }

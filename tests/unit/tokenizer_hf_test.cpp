@@ -391,6 +391,11 @@ TEST(HfTokenizer, CorruptInputNeverCrashes) {
         if (s.ok()) (void)Tokenizer::from_spec(std::move(s).value());
     }
     set_log_level(level);
+    HfTokenizerFiles deep;  // deep nesting must not overflow the stack (parse or destruction)
+    deep.tokenizer_json = std::string(1000000, '[') + std::string(1000000, ']');
+    EXPECT_FALSE(hf_tokenizer_spec(deep).ok());
+    deep.tokenizer_json = R"({"model": )" + std::string(1000000, '{');
+    EXPECT_FALSE(hf_tokenizer_spec(deep).ok());
 }
 
 TEST(HfTokenizer, Paths) {
