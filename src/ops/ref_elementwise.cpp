@@ -27,18 +27,21 @@ void silu(const float* x, float* y, int64_t n) {
         y[i] = static_cast<float>(x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))));
 }
 
+// 0.5 (1 + tanh z) = 1 / (1 + exp(-2z)) and 0.5 (1 + erf t) = 0.5 erfc(-t): the same functions
+// without the cancellation of 1 + tanh / 1 + erf for large negative x (even in double).
 void gelu_tanh(const float* x, float* y, int64_t n) {
     const double k = std::sqrt(2.0 / M_PI);
     for (int64_t i = 0; i < n; ++i) {
         const double v = x[i];
-        y[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(k * (v + 0.044715 * v * v * v))));
+        const double z = k * (v + 0.044715 * v * v * v);
+        y[i] = static_cast<float>(v / (1.0 + std::exp(-2.0 * z)));
     }
 }
 
 void gelu_erf(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         const double v = x[i];
-        y[i] = static_cast<float>(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
+        y[i] = static_cast<float>(0.5 * v * std::erfc(-v / std::sqrt(2.0)));
     }
 }
 

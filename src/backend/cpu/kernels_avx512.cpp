@@ -18,8 +18,14 @@ MatmulKernel find(WType t, WLayout layout) {
             return matmul_f16_avx512;
         case WType::BF16:
             return matmul_bf16_avx512;
+        case WType::Q4_K:
+            return matmul_q4_k_avx512;
+        case WType::Q5_K:
+            return matmul_q5_k_avx512;
+        case WType::Q6_K:
+            return matmul_q6_k_avx512;
         default:
-            return nullptr;  // Q4_0 / Q8_0 rows and K-quants: next table down
+            return nullptr;  // Q4_0 / Q8_0 rows: next table down
     }
 }
 
