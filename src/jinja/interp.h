@@ -16,6 +16,7 @@ namespace pelican::jinja {
 // Guards against runaway templates.
 constexpr size_t kMaxOutputBytes = 64u << 20;  // rendered text
 constexpr int kMaxCallDepth = 256;             // nested macro calls
+constexpr int kMaxFrames = 2000;               // nested statements + expressions at run time (C++ stack)
 constexpr uint64_t kMaxSteps = 50'000'000;     // loop iterations + macro calls + statements
 constexpr size_t kMaxSequence = 1'000'000;     // elements made by range(), string/list repetition
 
@@ -29,6 +30,14 @@ struct Scope {
         }
         return nullptr;
     }
+};
+
+class Interp;
+// Counts one level of evaluator recursion; throws before the C++ stack can overflow.
+struct FrameGuard {
+    explicit FrameGuard(Interp& in);
+    ~FrameGuard();
+    Interp& in;
 };
 
 class Interp {
@@ -61,6 +70,8 @@ private:
     std::vector<std::weak_ptr<Scope>> macro_scopes_;  // cleared after render to break cycles
     std::string* out_ = nullptr;
     int call_depth_ = 0;
+    int frames_ = 0;
+    friend struct FrameGuard;
     uint64_t steps_ = 0;
 };
 

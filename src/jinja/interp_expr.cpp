@@ -284,6 +284,7 @@ Value call_value(const Value& fn, const CallArgs& args) {
 }
 
 Value Interp::eval(const Expr& e) {
+    FrameGuard frame(*this);
     switch (e.k) {
         case Expr::K::Literal:
             return e.lit;

@@ -36,6 +36,14 @@ Interp::~Interp() {
         if (auto s = w.lock()) s->vars.clear();
 }
 
+FrameGuard::FrameGuard(Interp& i) : in(i) {
+    if (++in.frames_ > kMaxFrames) {
+        --in.frames_;
+        fail("template nested too deeply at run time (recursion limit)");
+    }
+}
+FrameGuard::~FrameGuard() { --in.frames_; }
+
 void Interp::step() {
     if (++steps_ > kMaxSteps) fail("template ran too long (step limit reached)");
 }
@@ -84,6 +92,7 @@ Interp::Flow Interp::exec_body(const Body& body) {
 }
 
 Interp::Flow Interp::exec(const Stmt& s) {
+    FrameGuard frame(*this);
     step();
     try {
         switch (s.k) {

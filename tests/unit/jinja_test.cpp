@@ -84,6 +84,12 @@ TEST(Jinja, GuardsAgainstRunawayTemplates) {
     EXPECT_NE(r.find("nested too deeply"), std::string::npos) << r.substr(0, 200);
     r = render(std::string(3000, '[') + "");
     EXPECT_FALSE(r.empty());
+    // Recursion through deeply nested blocks: must stop with an error, not overflow the C++ stack.
+    std::string open, close;
+    for (int i = 0; i < 190; ++i) open += "{% if true %}", close += "{% endif %}";
+    r = render("{% macro f(d) %}" + open + "{{ f(d + 1) if d < 250 else d }}" + close +
+               "{% endmacro %}{{ f(0) }}");
+    EXPECT_NE(r.find("recursion limit"), std::string::npos) << r;
 }
 
 TEST(Jinja, StrftimeNowUsesPinnedClock) {
