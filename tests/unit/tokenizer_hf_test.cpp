@@ -498,7 +498,7 @@ TEST(HfTokenizerReal, Llama3SpecialTokensAndBos) {
 // The shared GGUF vocabs were converted from these same tokenizer.json files (llama.cpp's way):
 // the HF loader must yield the same vocabulary, merges and token types, and pass llama.cpp's
 // tokenizer test vectors (.inp / .out) too.
-class HfMatchesGguf : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+class HfMatchesGguf : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(HfMatchesGguf, SameVocabMergesAndVectors) {
     const auto [hf_name, gguf_name] = GetParam();
@@ -558,7 +558,7 @@ TEST_P(HfMatchesGguf, SameVocabMergesAndVectors) {
         passed += got == want;
     }
     EXPECT_GE(cases.size(), 40u);
-    std::printf("%s from tokenizer.json: %zu/%zu llama.cpp vectors\n", hf_name, passed, cases.size());
+    std::printf("%s from tokenizer.json: %zu/%zu llama.cpp vectors\n", hf_name.c_str(), passed, cases.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Real, HfMatchesGguf,
