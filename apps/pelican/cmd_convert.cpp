@@ -1,0 +1,127 @@
+// pelican convert IN -o OUT.gguf [--type T] [--name NAME]
+// pelican convert --synthetic ARCH --config JSON --vocab VOCAB -o OUT.gguf [--type T] [--seed S]
+//
+// IN is a Hugging Face folder (config.json + f32/f16/bf16 safetensors + tokenizer.json) or a GGUF
+// file. The synthetic form writes random weights of any supported architecture and shape
+// (config.json-style keys in JSON, a file or inline text) with the vocabulary of VOCAB (GGUF,
+// tokenizer.json or HF folder). Types: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (see
+// src/convert/tensor_plan.h for which tensors get which type). Ctrl-C leaves no partial file.
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "command.h"
+#include "convert/convert.h"
+#include "convert/progress.h"
+#include "convert/synthetic.h"
+#include "core/mmap_file.h"
+
+namespace pelican::cli {
+namespace {
+
+struct ConvertArgs {
+    std::string input;
+    std::string output;
+    std::string type = "f16";
+    std::string name;
+    std::string synthetic;
+    std::string config;
+    std::string vocab;
+    uint64_t seed = 0;
+    int threads = 0;
+    bool no_progress = false;
+};
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+
+// Installs SIGINT/SIGTERM handlers that request cancellation; restores the old ones on exit.
+class InterruptGuard {
+public:
+    InterruptGuard() {
+        old_int_ = std::signal(SIGINT, on_interrupt);
+        old_term_ = std::signal(SIGTERM, on_interrupt);
+    }
+    ~InterruptGuard() {
+        std::signal(SIGINT, old_int_);
+        std::signal(SIGTERM, old_term_);
+    }
+
+private:
+    void (*old_int_)(int) = SIG_DFL;
+    void (*old_term_)(int) = SIG_DFL;
+};
+
+Expected<ConvertJob> plan(const ConvertArgs& a, const ConvertOptions& opt) {
+    if (!a.synthetic.empty()) {
+        if (!a.input.empty()) return make_error("convert: give either IN or --synthetic ARCH, not both");
+        if (a.config.empty()) return make_error("convert --synthetic: --config JSON is required");
+        if (a.vocab.empty())
+            return make_error("convert --synthetic: --vocab (GGUF, tokenizer.json or HF folder) is required");
+        SyntheticOptions s;
+        s.arch = a.synthetic;
+        s.vocab = a.vocab;
+        s.seed = a.seed;
+        if (a.config.find('{') != std::string::npos) {
+            s.config_json = a.config;  // inline JSON
+            s.config_name = "--config";
+        } else {
+            PELICAN_ASSIGN(s.config_json, read_text_file(a.config));
+            s.config_name = a.config;
+        }
+        return plan_synthetic(s, opt);
+    }
+    if (a.input.empty())
+        return make_error("convert: give an input (HF folder or GGUF file) or --synthetic ARCH");
+    std::error_code ec;
+    if (std::filesystem::exists(a.output, ec) && std::filesystem::equivalent(a.input, a.output, ec))
+        return make_error("convert: the output {} would overwrite the input", a.output);
+    return plan_convert(a.input, opt);
+}
+
+int run_convert(const ConvertArgs& a) {
+    auto type = parse_convert_type(a.type);
+    if (!type) return report_error("convert: " + type.error().message);
+    ConvertOptions opt;
+    opt.type = *type;
+    opt.name = a.name;
+    opt.emit.threads = a.threads;
+    opt.emit.progress = !a.no_progress;
+    opt.emit.cancel = &g_interrupted;
+
+    InterruptGuard guard;
+    g_interrupted.store(false);
+    auto job = plan(a, opt);
+    if (!job) return report_error(job.error());
+    auto stats = write_job(*job, a.output, opt.emit);
+    if (!stats) return report_error(stats.error());
+    fmt::print(stderr, "wrote {} ({}, {} tensors, --type {}) in {:.1f} s\n", a.output,
+               format_bytes(stats->file_bytes), job->tensors.size(), a.type, stats->seconds);
+    return 0;
+}
+
+void setup(CLI::App& app) {
+    auto args = std::make_shared<ConvertArgs>();
+    auto* sub =
+        app.add_subcommand("convert", "Convert an HF folder or GGUF to GGUF, or write a synthetic model");
+    sub->add_option("input", args->input, "Hugging Face folder or GGUF file");
+    sub->add_option("-o,--output", args->output, "Output GGUF file")->required();
+    sub->add_option("-t,--type", args->type,
+                    "Output type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (default f16)");
+    sub->add_option("--name", args->name, "general.name (default: the input's name)");
+    sub->add_option("--synthetic", args->synthetic,
+                    "Write random weights of this architecture (llama, mistral, qwen2, qwen3, granite)");
+    sub->add_option("--config", args->config, "Synthetic: config.json-style JSON file, or inline JSON");
+    sub->add_option("--vocab", args->vocab, "Synthetic: vocabulary from a GGUF, tokenizer.json or HF folder");
+    sub->add_option("--seed", args->seed, "Synthetic: random seed (default 0)");
+    sub->add_option("--threads", args->threads, "Threads for quantizing (default: all cores)");
+    sub->add_flag("--no-progress", args->no_progress, "No progress output");
+    sub->callback([args] { set_exit_code(run_convert(*args)); });
+}
+
+}  // namespace
+}  // namespace pelican::cli
+
+PELICAN_COMMAND(convert, pelican::cli::setup);

@@ -1,0 +1,138 @@
+// Streaming GGUF emission of planned tensors (see gguf_emit.h).
+#include "convert/gguf_emit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "convert/progress.h"
+#include "core/dequantize.h"
+#include "core/thread_pool.h"
+#include "formats/gguf_writer.h"
+#include "model/rope_permute.h"
+
+namespace pelican {
+namespace {
+
+constexpr uint64_t kChunkBytes = uint64_t{16} << 20;  // output bytes per written chunk
+
+// Row geometry of a tensor as the emitter walks it: n_rows rows of row_len elements. A permuted
+// 1-D tensor is walked as row_len 1 so the permutation can move single elements.
+struct Geometry {
+    int64_t row_len = 0;
+    int64_t n_rows = 0;
+    int64_t head_dim = 0;  // rows per head when permuted
+};
+
+Geometry geometry_of(const PlannedTensor& t) {
+    Geometry g;
+    const auto n = static_cast<int64_t>(t.n_elements());
+    g.row_len = t.permute_heads > 0 && t.dims.size() == 1 ? 1 : static_cast<int64_t>(t.dims[0]);
+    g.n_rows = n / g.row_len;
+    if (t.permute_heads > 0) g.head_dim = g.n_rows / t.permute_heads;
+    return g;
+}
+
+int64_t source_row(const Geometry& g, int64_t r) {
+    if (g.head_dim == 0) return r;
+    return r / g.head_dim * g.head_dim + rope_permute_src_row(r % g.head_dim, g.head_dim);
+}
+
+// First failure inside a parallel section.
+struct FirstError {
+    std::mutex mu;
+    std::atomic<bool> set{false};
+    std::string message;
+    void record(std::string m) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!set.exchange(true)) message = std::move(m);
+    }
+};
+
+}  // namespace
+
+Expected<EmitStats> emit_gguf(const std::string& path, const std::vector<GgufKV>& kvs,
+                              const std::vector<PlannedTensor>& tensors, const EmitOptions& opt) {
+    GgufWriter w;
+    for (const GgufKV& kv : kvs) PELICAN_TRY(w.add_kv(kv.key, kv.value));
+    for (const PlannedTensor& t : tensors) {
+        PELICAN_TRY(validate_planned(t));
+        PELICAN_TRY(w.add_tensor(t.name, t.type, t.dims));
+    }
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty() && !std::filesystem::is_directory(parent))
+        return make_error("cannot write '{}': folder '{}' does not exist", path, parent.string());
+    PELICAN_TRY(w.begin(path));
+
+    ThreadPool pool(opt.threads);
+    const int n_threads = pool.size();
+    uint64_t total = 0;
+    int64_t max_row = 1;
+    for (const PlannedTensor& t : tensors) {
+        total += w.tensors()[&t - tensors.data()].n_bytes;
+        max_row = std::max(max_row, geometry_of(t).row_len);
+    }
+    Progress progress("writing " + std::filesystem::path(path).filename().string(), total, opt.progress);
+    std::vector<std::vector<float>> scratch(static_cast<size_t>(n_threads),
+                                            std::vector<float>(static_cast<size_t>(max_row)));
+    std::vector<uint8_t> chunk;
+    uint64_t done = 0;
+
+    for (const PlannedTensor& t : tensors) {
+        const Geometry g = geometry_of(t);
+        const auto out_row = static_cast<size_t>(*dtype_row_bytes(t.type, static_cast<uint64_t>(g.row_len)));
+        const size_t src_row =
+            t.src ? static_cast<size_t>(*dtype_row_bytes(t.src_type, static_cast<uint64_t>(g.row_len))) : 0;
+        const bool copy = t.src && t.src_type == t.type;
+        const bool check_finite = dtype_info(t.type).block_elems > 1;  // quantizers need finite input
+        const int64_t rows_per_chunk = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / out_row));
+
+        for (int64_t r0 = 0; r0 < g.n_rows; r0 += rows_per_chunk) {
+            if (opt.cancel && opt.cancel->load())
+                return make_error("interrupted; '{}' was not written", path);
+            const int64_t n = std::min(rows_per_chunk, g.n_rows - r0);
+            chunk.resize(static_cast<size_t>(n) * out_row);
+            const int64_t per_task = std::max<int64_t>(1, n / (n_threads * 4));
+            FirstError err;
+            pool.parallel_for((n + per_task - 1) / per_task, [&](int64_t task, int thread) {
+                float* buf = scratch[static_cast<size_t>(thread)].data();
+                const int64_t end = std::min(n, (task + 1) * per_task);
+                for (int64_t i = task * per_task; i < end && !err.set.load(std::memory_order_relaxed); ++i) {
+                    const int64_t sr = source_row(g, r0 + i);
+                    uint8_t* dst = chunk.data() + static_cast<size_t>(i) * out_row;
+                    if (copy) {
+                        std::memcpy(dst, t.src + static_cast<size_t>(sr) * src_row, out_row);
+                        continue;
+                    }
+                    if (t.src) {
+                        const Status s = dequantize_row(t.src_type, t.src + static_cast<size_t>(sr) * src_row,
+                                                        buf, g.row_len);
+                        if (!s.ok()) return err.record(t.name + ": " + s.error().message);
+                    } else {
+                        t.generate(sr, buf);
+                    }
+                    if (check_finite)
+                        for (int64_t j = 0; j < g.row_len; ++j)
+                            if (!std::isfinite(buf[j]) || std::fabs(buf[j]) > 1e6f)
+                                return err.record(
+                                    fmt::format("tensor {}: row {} holds {} at column {}; "
+                                                "cannot quantize non-finite or huge values",
+                                                t.name, sr, buf[j], j));
+                    const Status s = quantize_row(t.type, buf, dst, g.row_len);
+                    if (!s.ok()) return err.record(t.name + ": " + s.error().message);
+                }
+            });
+            if (err.set) return Error{err.message};
+            PELICAN_TRY(w.write_tensor_data(chunk));
+            done += chunk.size();
+            progress.update(done, t.name);
+        }
+    }
+    PELICAN_TRY(w.finish());
+    progress.finish();
+    return EmitStats{w.file_size(), progress.elapsed_s()};
+}
+
+}  // namespace pelican
