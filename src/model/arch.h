@@ -31,7 +31,7 @@ struct ArchSpec {
     Need mlp_bias = Need::Optional;    // ffn_{gate,up,down}.bias
     Need qk_norm = Need::No;           // attn_{q,k}_norm: per-head RMSNorm on q and k before rope (qwen3)
     bool scalar_multipliers = false;   // granite: embedding / residual / attention / logit multipliers
-    bool sliding_window = false;       // apply config sliding_window (mistral); else full attention
+    bool sliding_window = false;  // apply config.json sliding_window (mistral); GGUF: whenever the key is set
 };
 
 // Lookups; nullptr when unknown.

@@ -106,9 +106,8 @@ Expected<ModelHParams> hparams_from_gguf(const GgufFile& f, const ArchSpec& arch
     PELICAN_ASSIGN(hp.rope_theta, k.float_or("rope.freq_base", 10000.0));
     PELICAN_ASSIGN(const double eps, k.float_or("attention.layer_norm_rms_epsilon", 1e-5));
     hp.rms_eps = static_cast<float>(eps);
-    if (arch.sliding_window) {
-        PELICAN_ASSIGN(hp.sliding_window, k.int_or("attention.sliding_window", 0));
-    }
+    // A GGUF that names a window gets it whatever the arch (Mistral GGUFs are arch "llama").
+    PELICAN_ASSIGN(hp.sliding_window, k.int_or("attention.sliding_window", 0));
 
     hp.attn_scale = hp.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(hp.head_dim)) : 0.0f;
     if (arch.scalar_multipliers) {

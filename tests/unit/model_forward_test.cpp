@@ -96,6 +96,26 @@ TEST_P(ArchForward, GgufMatchesHfFolder) {
 INSTANTIATE_TEST_SUITE_P(Model, ArchForward,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3", "granite"));
 
+TEST(ModelForward, MistralSlidingWindow) {
+    TinySpec s = variant("mistral");
+    s.window = 4;
+    const auto w = test::make_weights(s);
+    TempDir dir("fwd_window");
+    test::write_hf_folder(dir.str("hf"), s, w);
+    test::write_gguf_model(dir.str("m.gguf"), s, w);
+    auto hf = load(dir.str("hf"));
+    auto gg = load(dir.str("m.gguf"));
+    ASSERT_TRUE(hf && gg);
+    EXPECT_EQ(hf->hparams().sliding_window, 4);
+    EXPECT_EQ(gg->hparams().sliding_window, 4);
+    const auto toks = some_tokens(12, s.n_vocab);
+    const auto want = test::reference_forward(s, w, toks);
+    EXPECT_LT(test::max_rel_diff(run_all(*hf, toks), want), 2e-5);
+    EXPECT_LT(test::max_rel_diff(run_all(*gg, toks), want), 2e-5);
+    s.window = 0;  // the window matters for this sequence
+    EXPECT_GT(test::max_rel_diff(test::reference_forward(s, w, toks), want), 1e-3);
+}
+
 TEST(ModelForward, UnpermutedLlamaGgufDiffers) {
     // Guards the test above: without the q/k permutation, normal rope gives other logits.
     const TinySpec s = variant("llama");

@@ -27,6 +27,7 @@
 #include "core/mmap_file.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors.h"
+#include "model/rope_freq.h"
 #include "model/rope_permute.h"
 #include "model/tensor_names.h"
 
@@ -52,6 +53,7 @@ struct TinySpec {
     float embd_mul = 1, resid_mul = 1, attn_mul = 0, logits_scaling = 1;  // granite (attn_mul 0 = default)
     double theta = 10000.0, eps = 1e-5;
     int max_pos = 256;
+    int window = 0;  // sliding window (mistral), 0 = none
     uint32_t seed = 7;
 
     int q_dim() const { return n_head * head_dim; }
@@ -130,6 +132,7 @@ inline nlohmann::json make_config(const TinySpec& s) {
         {"bos_token_id", 1},
         {"eos_token_id", 2},
     };
+    if (s.window > 0) c["sliding_window"] = s.window;
     if (s.model_type == "granite") {
         c["embedding_multiplier"] = s.embd_mul;
         c["residual_multiplier"] = s.resid_mul;
@@ -169,9 +172,11 @@ inline void write_hf_folder(const std::string& dir, const TinySpec& s, const HfW
 
 // Writes a GGUF of the same model. dtype: storage of 2-D weights (F32, F16, BF16, Q8_0...);
 // norms and biases stay F32. Skips tensors listed in `skip` (GGUF names) for error tests.
+// Rope scaling is written as llama.cpp's converter does: llama3 as a rope_freqs.weight tensor of
+// per-pair divisors, linear/yarn as <arch>.rope.scaling.* keys.
 inline void write_gguf_model(const std::string& path, const TinySpec& s, const HfWeightsMap& w,
                              DType dtype = DType::F32, const std::vector<std::string>& skip = {},
-                             bool permute = true) {
+                             bool permute = true, const RopeScaling* scaling = nullptr) {
     const std::string arch = s.model_type == "mistral" ? "llama" : s.model_type;
     GgufWriter g;
     ASSERT_TRUE(g.add_kv("general.architecture", gguf_string(arch)).ok());
@@ -198,7 +203,24 @@ inline void write_gguf_model(const std::string& path, const TinySpec& s, const H
         f32("attention.scale", s.attn_mul);
         f32("logit_scale", s.logits_scaling);
     }
+    if (s.window > 0) u32("attention.sliding_window", static_cast<uint32_t>(s.window));
     std::vector<std::vector<uint8_t>> data;
+    if (scaling && scaling->type == "llama3") {
+        auto plain = compute_rope_freqs(s.head_dim, s.theta, nullptr, s.max_pos, "test");
+        auto scaled = compute_rope_freqs(s.head_dim, s.theta, scaling, s.max_pos, "test");
+        ASSERT_TRUE(plain.ok() && scaled.ok());
+        std::vector<float> factors(plain->inv_freq.size());
+        for (size_t i = 0; i < factors.size(); ++i) factors[i] = plain->inv_freq[i] / scaled->inv_freq[i];
+        ASSERT_TRUE(g.add_tensor("rope_freqs.weight", DType::F32, {factors.size()}).ok());
+        data.emplace_back(reinterpret_cast<const uint8_t*>(factors.data()),
+                          reinterpret_cast<const uint8_t*>(factors.data() + factors.size()));
+    } else if (scaling) {
+        ASSERT_TRUE(g.add_kv(arch + ".rope.scaling.type", gguf_string(scaling->type)).ok());
+        f32("rope.scaling.factor", static_cast<float>(scaling->factor));
+        if (scaling->original_max_position_embeddings)
+            u32("rope.scaling.original_context_length",
+                static_cast<uint32_t>(*scaling->original_max_position_embeddings));
+    }
     for (const auto& [hf_name, t] : w) {
         const auto name = hf_to_gguf_tensor_name(hf_name);
         ASSERT_TRUE(name.has_value()) << hf_name;
@@ -298,14 +320,16 @@ inline Vec reference_forward(const TinySpec& s, const HfWeightsMap& w, const std
                 const int kvh = hh / (NH / NKV);
                 Vec sc(t + 1);
                 double mx = -1e300;
-                for (int j = 0; j <= t; ++j) {
+                const int j0 = s.window > 0 ? std::max(0, t - s.window + 1) : 0;
+                for (int j = 0; j < j0; ++j) sc[j] = -1e300;
+                for (int j = j0; j <= t; ++j) {
                     double d = 0;
                     for (int i = 0; i < HD; ++i) d += q[t][hh * HD + i] * k[j][kvh * HD + i];
                     sc[j] = d * attn_scale;
                     mx = std::max(mx, sc[j]);
                 }
                 double sum = 0;
-                for (auto& e : sc) sum += (e = std::exp(e - mx));
+                for (auto& e : sc) sum += (e = e == -1e300 ? 0.0 : std::exp(e - mx));
                 for (int j = 0; j <= t; ++j)
                     for (int i = 0; i < HD; ++i) att[hh * HD + i] += sc[j] / sum * v[j][kvh * HD + i];
             }
