@@ -8,6 +8,7 @@
 #include "command.h"
 #include "formats/gguf.h"
 #include "formats/gguf_info.h"
+#include "formats/hf_info.h"
 
 namespace pelican::cli {
 namespace {
@@ -29,8 +30,15 @@ bool has_gguf_magic(const std::string& path) {
 int run_info(const InfoArgs& a) {
     std::error_code ec;
     if (!std::filesystem::exists(a.path, ec)) return report_error(fmt::format("'{}': no such file", a.path));
-    if (std::filesystem::is_directory(a.path, ec) || !has_gguf_magic(a.path))
-        return report_error(fmt::format("'{}': not a GGUF file", a.path));
+    if (std::filesystem::is_directory(a.path, ec) || !has_gguf_magic(a.path)) {
+        // A Hugging Face folder, a .safetensors file or a safetensors index.
+        auto summary = hf_model_summary(a.path, a.json);
+        if (!summary)
+            return report_error(fmt::format("'{}' is neither a GGUF file nor a Hugging Face model: {}",
+                                            a.path, summary.error().message));
+        std::fwrite(summary->data(), 1, summary->size(), stdout);
+        return 0;
+    }
     auto f = GgufFile::open(a.path);
     if (!f) return report_error(f.error());
     std::string text = gguf_summary(*f, a.json);
@@ -41,7 +49,8 @@ int run_info(const InfoArgs& a) {
 void setup(CLI::App& app) {
     auto args = std::make_shared<InfoArgs>();
     auto* sub = app.add_subcommand("info", "Summarize a model file: architecture, hyper-parameters, tensors");
-    sub->add_option("file", args->path, "GGUF file")->required();
+    sub->add_option("file", args->path, "GGUF file, .safetensors file or Hugging Face model folder")
+        ->required();
     sub->add_flag("--json", args->json, "Print a JSON object instead of text");
     sub->callback([args] { set_exit_code(run_info(*args)); });
 }
