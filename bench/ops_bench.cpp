@@ -6,7 +6,9 @@
 // Each figure is the median of --reps repetitions, configurations interleaved round-robin so
 // background noise spreads evenly.
 //
-//   ops_bench [--threads 1,2] [--reps 9] [--types q4_0,q8_0,f16] [--prefill] [--isa avx512]
+//   ops_bench [--threads 1,2] [--reps 9] [--types q4_0,q8_0,f16] [--prefill] [--hot] [--no-bw]
+//             [--isa scalar|avx2|avx512]
+// --hot: small L2-resident matrices (kernel compute speed); --no-bw: skip the bandwidth test.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -112,7 +114,8 @@ int main(int argc, char** argv) {
     std::vector<int> threads{1, 2};
     int reps = 9;
     bool prefill = false;
-    bool hot = false;  // L2-resident matrices: kernel compute speed, independent of DRAM
+    bool hot = false;
+    bool bandwidth = true;  // L2-resident matrices: kernel compute speed, independent of DRAM
     std::vector<std::string> types{"q4_0", "q8_0", "f16"};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -124,6 +127,8 @@ int main(int argc, char** argv) {
             reps = std::stoi(next());
         } else if (a == "--types") {
             types = split(next());
+        } else if (a == "--no-bw") {
+            bandwidth = false;
         } else if (a == "--hot") {
             hot = true;
         } else if (a == "--prefill") {
@@ -144,9 +149,9 @@ int main(int argc, char** argv) {
                 cpu::isa_name(cpu::detected_isa()));
 
     // ---- memory bandwidth ----
-    Buffer big = Buffer::allocate(size_t{1} << 30).value();
+    Buffer big = Buffer::allocate(bandwidth ? size_t{1} << 30 : 0).value();
     std::memset(big.data(), 1, big.size());
-    for (int th : threads) {
+    for (int th : bandwidth ? threads : std::vector<int>{}) {
         ThreadPool pool(th);
         read_bandwidth(big, pool);
         std::vector<double> v;

@@ -1,5 +1,6 @@
-// Fast rms_norm, softmax, activations and element-wise helpers. Plain fp32 C++ the compiler
-// vectorises (-O3); the formulas are rearranged only where that removes a cancellation:
+// Fast rms_norm, softmax, activations and element-wise helpers: AVX-512 kernels
+// (elementwise_avx512.cpp) for the exp-heavy and reduction ops when active, else plain fp32 C++
+// the compiler vectorises (-O3). The formulas are rearranged only where that removes a cancellation:
 //   gelu_tanh(x) = x * sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3)   (= 0.5 x (1 + tanh z))
 //   gelu_erf(x)  = 0.5 x erfc(-x / sqrt(2))                               (= 0.5 x (1 + erf(x/sqrt 2)))
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <limits>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/elementwise_kernels.h"
 
 namespace pelican::cpu {
 namespace {
@@ -23,8 +25,15 @@ float sum_squares(const float* x, int64_t n) {
     return s;
 }
 
+bool use_avx512() { return active_isa() == Isa::kAvx512; }
+
 void rms_norm_rows(const float* x, const float* w, float* y, int64_t r0, int64_t r1, int64_t n, float eps,
                    NormWeight kind) {
+    if (use_avx512()) {
+        for (int64_t r = r0; r < r1; ++r)
+            detail::rms_norm_row_avx512(x + r * n, w, y + r * n, n, eps, kind == NormWeight::kOnePlus);
+        return;
+    }
     for (int64_t r = r0; r < r1; ++r) {
         const float* xr = x + r * n;
         float* yr = y + r * n;
@@ -54,6 +63,10 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t 
 }
 
 void softmax(float* x, int64_t n_rows, int64_t n) {
+    if (use_avx512()) {
+        for (int64_t r = 0; r < n_rows; ++r) detail::softmax_row_avx512(x + r * n, n);
+        return;
+    }
     for (int64_t r = 0; r < n_rows; ++r) {
         float* v = x + r * n;
         float mx = -std::numeric_limits<float>::infinity();
@@ -81,10 +94,12 @@ void softmax(float* x, int64_t n_rows, int64_t n) {
 }
 
 void silu(const float* x, float* y, int64_t n) {
+    if (use_avx512()) return detail::silu_avx512(x, y, n);
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
 void gelu_tanh(const float* x, float* y, int64_t n) {
+    if (use_avx512()) return detail::gelu_tanh_avx512(x, y, n);
     const float k = 0.7978845608028654f;  // sqrt(2/pi)
     for (int64_t i = 0; i < n; ++i) {
         const float v = x[i];
@@ -98,6 +113,7 @@ void gelu_erf(const float* x, float* y, int64_t n) {
 }
 
 void swiglu(const float* gate, const float* up, float* y, int64_t n) {
+    if (use_avx512()) return detail::swiglu_avx512(gate, up, y, n);
     for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 

@@ -82,7 +82,7 @@ inline void group_tile(const MatmulArgs& a, const uint8_t* g, int64_t row0, int6
 
 template <int kWords>
 void ilv_kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-    constexpr int kT = 4;  // tokens per tile: 2 x kT accumulators + 8 weight vectors in registers
+    constexpr int kT = 8;  // tokens per tile: 2 x kT accumulators + 8 weight vectors in registers
     for (int64_t r = r0; r < r1; r += kIlvRows) {
         const uint8_t* g = a.w + (r / kIlvRows) * a.w_stride;
         int64_t t = t0;
