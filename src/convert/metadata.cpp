@@ -82,11 +82,9 @@ Expected<HparamKvs> hparam_kvs(const HfConfig& c, const ModelHParams& hp, int64_
             return make_error("config.json: rope scaling \"{}\" cannot be written to GGUF", s.type);
         }
     }
-    if (arch.sliding_window && c.sliding_window)
-        log_warn(
-            "config.json sliding_window = {} is not written: GGUF {} has no sliding window (llama.cpp also "
-            "runs such files with full attention)",
-            *c.sliding_window, arch.gguf_write_name);
+    // Mistral's window: pelican applies it; llama.cpp's llama arch ignores the key (full attention).
+    if (arch.sliding_window && c.sliding_window && *c.sliding_window > 0)
+        put(kvs, a + "attention.sliding_window", u32(*c.sliding_window));
     if (arch.scalar_multipliers) {
         put(kvs, a + "embedding_scale", gguf_f32(hp.embd_scale));
         put(kvs, a + "residual_scale", gguf_f32(hp.residual_scale));

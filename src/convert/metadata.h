@@ -28,6 +28,8 @@ void append_general_kvs(std::vector<GgufKV>& kvs, std::string_view arch_name, st
 // key prefix). Rope scaling: linear and yarn become rope.scaling.* keys; llama3 becomes the
 // rope_freqs.weight tensor (returned, [rope_dim/2] fp32 divisors of the default frequencies, as
 // llama.cpp writes it); dynamic NTK is dropped with a warning (exact below the trained context).
+// Mistral's sliding_window becomes <arch>.attention.sliding_window (read by pelican; llama.cpp runs
+// GGUF llama with full attention).
 struct HparamKvs {
     std::vector<GgufKV> kvs;
     std::optional<PlannedTensor> rope_freqs;

@@ -54,6 +54,7 @@ struct Tiny {
     std::string model_type = "llama";
     int E = 256, L = 2, H = 4, KV = 2, HD = 64, F = 96, V = 520;  // vocab 520 > 512 tokens: padded
     bool tied = false, qkv_bias = false, qk_norm = false;
+    int sliding_window = 0;  // written to config.json when > 0
 };
 struct HfTensorData {
     std::vector<uint64_t> shape;
@@ -123,6 +124,7 @@ HfMap write_tiny_hf(const std::string& dir, const Tiny& s, uint32_t seed = 1) {
         {"num_hidden_layers", s.L},   {"num_attention_heads", s.H}, {"num_key_value_heads", s.KV},
         {"head_dim", s.HD},           {"vocab_size", s.V},          {"max_position_embeddings", 512},
         {"rms_norm_eps", 1e-5},       {"rope_theta", 50000.0},      {"tie_word_embeddings", s.tied}};
+    if (s.sliding_window > 0) c["sliding_window"] = s.sliding_window;
     write_text(dir + "/config.json", c.dump());
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
         fs::copy_file(kSource / "tests/golden/llama" / f, fs::path(dir) / f);
@@ -225,6 +227,9 @@ void check_hf_conversion(const Tiny& s, bool permuted, const std::string& arch_k
     EXPECT_EQ(f.get_int(a + "vocab_size"), s.V);
     EXPECT_FLOAT_EQ(static_cast<float>(*f.get_float(a + "rope.freq_base")), 50000.0f);
     EXPECT_FLOAT_EQ(static_cast<float>(*f.get_float(a + "attention.layer_norm_rms_epsilon")), 1e-5f);
+    if (s.sliding_window > 0) {
+        EXPECT_EQ(f.get_int(a + "attention.sliding_window"), s.sliding_window);
+    }
 
     // Tokenizer arrays equal the HF tokenizer's, padded to the embedding rows.
     auto tok = Tokenizer::load(dir.path.string());
@@ -280,6 +285,7 @@ TEST(Convert, HfQwen2BiasesAndTiedEmbeddings) {
 TEST(Convert, HfMistralBecomesLlama) {
     Tiny s;
     s.model_type = "mistral";
+    s.sliding_window = 4;
     check_hf_conversion(s, true, "llama");
 }
 
