@@ -35,7 +35,11 @@ struct ConvertArgs {
 };
 
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+// First Ctrl-C: stop at the next chunk and remove the temporary file; a second one kills at once.
+extern "C" void on_interrupt(int sig) {
+    g_interrupted.store(true);
+    std::signal(sig, SIG_DFL);
+}
 
 // Installs SIGINT/SIGTERM handlers that request cancellation; restores the old ones on exit.
 class InterruptGuard {

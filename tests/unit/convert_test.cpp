@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -597,6 +600,38 @@ TEST(Convert, Errors) {
     expect_error(write_job(*job, out, o.emit), "interrupted");
     EXPECT_FALSE(fs::exists(out));
     EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+// Runs the pelican binary; returns the exit code, stderr in *err.
+int run_cli(const std::string& args, const TempDir& dir, std::string* err) {
+    const std::string log = dir / "stderr.txt";
+    const int rc = std::system((std::string(PELICAN_BINARY) + " " + args + " 2> " + log).c_str());
+    std::ifstream in(log);
+    err->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(Convert, Cli) {
+    TempDir dir;
+    const std::string out = dir / "cli.gguf";
+    const std::string cfg = "'" + std::string(kSynthConfig) + "'";
+    const std::string base =
+        "convert --synthetic llama --config " + cfg + " --vocab " + kSpmVocab.string() + " -o " + out;
+    std::string err;
+    EXPECT_EQ(run_cli(base + " --type q5_k", dir, &err), 1);
+    EXPECT_NE(err.find("unsupported output type \"q5_k\""), std::string::npos) << err;
+    EXPECT_EQ(run_cli("convert --synthetic llama --config " + cfg + " -o " + out, dir, &err), 1);
+    EXPECT_NE(err.find("--vocab"), std::string::npos) << err;
+    EXPECT_EQ(run_cli("convert -o " + out, dir, &err), 1);
+    EXPECT_NE(err.find("give an input"), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(out));
+
+    ASSERT_EQ(run_cli(base + " --type q8_0 --seed 3 --name tiny", dir, &err), 0) << err;
+    EXPECT_NE(err.find("wrote"), std::string::npos) << err;
+    auto f = GgufFile::open(out);
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(f->get_string("general.name"), "tiny");
+    EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight")->type, DType::Q8_0);
 }
 
 TEST(Convert, TypeRule) {
