@@ -7,7 +7,9 @@
 // conv.json: a JSON array of OpenAI-style messages, or {"messages": [...], "tools": [...]}.
 // --tools replaces tools given in conv.json. A tool call's function.arguments given as a JSON
 // string holding an object is passed to the template as that object (see jinja/chat_template.h).
-// --bos/--eos override the model's BOS/EOS texts; --now pins strftime_now() (formatted as local time).
+// --bos/--eos override the model's BOS/EOS texts (an empty text leaves bos_token/eos_token
+// undefined, as transformers does for a tokenizer without that token); --now pins strftime_now()
+// (formatted as local time). Keys keep their order from conv.json, as in Python.
 #include <cstdio>
 #include <ctime>
 #include <memory>

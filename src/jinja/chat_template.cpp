@@ -11,7 +11,7 @@
 
 namespace pelican::jinja {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -104,15 +104,16 @@ Expected<json> normalize_messages(json messages) {
 
 Expected<json> build_chat_context(const json& messages, const json& tools, const ChatTemplateOptions& opt) {
     PELICAN_ASSIGN(json msgs, normalize_messages(messages));
+    if (!tools.is_null() && !tools.is_array()) return make_error("chat: tools must be a JSON array");
+    // The keyword arguments of transformers' compiled_template.render(), in its order.
     json ctx = json::object();
     ctx["messages"] = std::move(msgs);
-    if (!tools.is_null()) {
-        if (!tools.is_array()) return make_error("chat: tools must be a JSON array");
-        ctx["tools"] = tools;
-    }
+    ctx["tools"] = tools;        // None when no tools are given
+    ctx["documents"] = nullptr;  // pelican takes no documents
     ctx["add_generation_prompt"] = opt.add_generation_prompt;
-    ctx["bos_token"] = opt.bos_token;
-    ctx["eos_token"] = opt.eos_token;
+    // special_tokens_map: only the tokens the tokenizer sets.
+    if (!opt.bos_token.empty()) ctx["bos_token"] = opt.bos_token;
+    if (!opt.eos_token.empty()) ctx["eos_token"] = opt.eos_token;
     return ctx;
 }
 

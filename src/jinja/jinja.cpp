@@ -31,7 +31,8 @@ Expected<Template> Template::parse(std::string_view source) {
     }
 }
 
-Expected<std::string> Template::render(const nlohmann::json& context, const RenderOptions& opt) const {
+Expected<std::string> Template::render(const nlohmann::ordered_json& context,
+                                       const RenderOptions& opt) const {
     if (!impl_) return Error{"template: render called on an empty Template"};
     if (!context.is_object() && !context.is_null())
         return Error{"template: render context must be a JSON object"};

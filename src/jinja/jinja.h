@@ -27,8 +27,10 @@ public:
     // Parses a template. Errors: "template line N: <what>".
     static Expected<Template> parse(std::string_view source);
     // Renders with the given context (a JSON object whose keys become template variables).
+    // Objects reach the template in the context's key order (ordered_json keeps the order of the
+    // JSON text or of insertion), so `tojson` and `items()` list keys as Python's dicts would.
     // A raise_exception() in the template returns an Error whose message is the template's text.
-    Expected<std::string> render(const nlohmann::json& context, const RenderOptions& opt = {}) const;
+    Expected<std::string> render(const nlohmann::ordered_json& context, const RenderOptions& opt = {}) const;
 
     Template();
     ~Template();

@@ -101,30 +101,30 @@ std::string Value::type_name() const {
     return "object";
 }
 
-Value Value::from_json(const nlohmann::json& j) {
+Value Value::from_json(const nlohmann::ordered_json& j) {
     switch (j.type()) {
-        case nlohmann::json::value_t::null:
+        case nlohmann::ordered_json::value_t::null:
             return none();
-        case nlohmann::json::value_t::boolean:
+        case nlohmann::ordered_json::value_t::boolean:
             return boolean(j.get<bool>());
-        case nlohmann::json::value_t::number_integer:
+        case nlohmann::ordered_json::value_t::number_integer:
             return integer(j.get<int64_t>());
-        case nlohmann::json::value_t::number_unsigned: {
+        case nlohmann::ordered_json::value_t::number_unsigned: {
             auto u = j.get<uint64_t>();
             if (u > static_cast<uint64_t>(INT64_MAX)) return number(static_cast<double>(u));
             return integer(static_cast<int64_t>(u));
         }
-        case nlohmann::json::value_t::number_float:
+        case nlohmann::ordered_json::value_t::number_float:
             return number(j.get<double>());
-        case nlohmann::json::value_t::string:
+        case nlohmann::ordered_json::value_t::string:
             return string(j.get<std::string>());
-        case nlohmann::json::value_t::array: {
+        case nlohmann::ordered_json::value_t::array: {
             List items;
             items.reserve(j.size());
             for (const auto& e : j) items.push_back(from_json(e));
             return list(std::move(items));
         }
-        case nlohmann::json::value_t::object: {
+        case nlohmann::ordered_json::value_t::object: {
             auto d = std::make_shared<Dict>();
             d->entries.reserve(j.size());
             for (auto it = j.begin(); it != j.end(); ++it)

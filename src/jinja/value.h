@@ -120,7 +120,8 @@ public:
         return *this;
     }
 
-    static Value from_json(const nlohmann::json& j);
+    // Objects become dicts with the JSON object's key order.
+    static Value from_json(const nlohmann::ordered_json& j);
     std::string type_name() const;  // Python type name: 'str', 'int', 'dict object' style below
 
 private:

@@ -62,13 +62,13 @@ Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_
 Expected<std::string> Engine::chat_prompt(std::string_view user_message) const {
     PELICAN_ASSIGN(jinja::ModelChatTemplate tmpl, jinja::load_model_chat_template(path_));
     if (tmpl.source.empty()) return make_error("{}: the model has no chat template", path_);
-    nlohmann::json messages = nlohmann::json::array();
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     messages.push_back({{"role", "user"}, {"content", std::string(user_message)}});
     jinja::ChatTemplateOptions opt;
     opt.add_generation_prompt = true;
     opt.bos_token = tmpl.bos_token;
     opt.eos_token = tmpl.eos_token;
-    auto out = jinja::apply_chat_template(tmpl.source, messages, nlohmann::json(), opt);
+    auto out = jinja::apply_chat_template(tmpl.source, messages, nlohmann::ordered_json(), opt);
     if (!out) return make_error("{}: {}", tmpl.origin, out.error().message);
     return std::move(out).value();
 }

@@ -10,7 +10,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size > 64 * 1024) return 0;
-    static const nlohmann::json ctx = {
+    static const nlohmann::ordered_json ctx = {
         {"messages",
          {{{"role", "system"}, {"content", "sys"}},
           {{"role", "user"}, {"content", "héllo"}},

@@ -30,7 +30,7 @@ namespace pelican {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 const std::string kTemplateDir = PELICAN_SHARED_DIR "/data/chat-templates";
 const std::string kChatDir = PELICAN_SOURCE_DIR "/tests/data/chat";
@@ -206,7 +206,8 @@ TEST(ChatLayer, StringArgumentsHoldingAnObjectBecomeObjects) {
     auto out = jinja::normalize_messages(msgs);
     ASSERT_TRUE(out.ok()) << out.error().message;
     const json& calls = (*out)[0]["tool_calls"];
-    EXPECT_EQ(calls[0]["function"]["arguments"], json::parse(R"({"a":["x"],"b":1})"));
+    // Parsed in the string's key order, as Python's json.loads does.
+    EXPECT_EQ(calls[0]["function"]["arguments"].dump(), R"({"b":1,"a":["x"]})");
     EXPECT_EQ(calls[1]["function"]["arguments"], "not json");
     EXPECT_EQ(calls[2]["function"]["arguments"], "[1, 2]");
 }
@@ -220,19 +221,54 @@ TEST(ChatLayer, RejectsMalformedMessages) {
         << "tools must be an array";
 }
 
-TEST(ChatLayer, ContextHasToolsOnlyWhenGiven) {
+// transformers: compiled_template.render(messages=..., tools=tool_schemas or None, documents=None,
+// add_generation_prompt=..., **special_tokens_map), the map holding only the tokens that are set.
+TEST(ChatLayer, ContextMatchesTransformers) {
     jinja::ChatTemplateOptions o;
     o.add_generation_prompt = true;
     o.bos_token = "<s>";
     auto a = jinja::build_chat_context(json::array(), json(), o);
     ASSERT_TRUE(a.ok());
-    EXPECT_FALSE(a->contains("tools"));
-    EXPECT_EQ((*a)["add_generation_prompt"], true);
-    EXPECT_EQ((*a)["bos_token"], "<s>");
-    EXPECT_EQ((*a)["eos_token"], "");
+    EXPECT_EQ(a->dump(), R"({"messages":[],"tools":null,"documents":null,"add_generation_prompt":true,)"
+                         R"("bos_token":"<s>"})");
     auto b = jinja::build_chat_context(json::array(), json::array({json::object()}), o);
     ASSERT_TRUE(b.ok());
     EXPECT_EQ((*b)["tools"].size(), 1u);
+
+    // What templates see: tools and documents defined and none; no EOS text: eos_token undefined.
+    const char* probe =
+        "{{ tools is defined }} {{ tools is none }} {{ documents is defined }} {{ documents is none }} "
+        "{{ bos_token is defined }} {{ eos_token is defined }}";
+    auto r = jinja::apply_chat_template(probe, json::array(), json(), o);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(*r, "True True True True True False");
+}
+
+// Objects reach the template with their keys in input order, nested ones included, as Python's
+// dicts do (json.load keeps file order).
+TEST(ChatLayer, KeysKeepInputOrder) {
+    auto in = jinja::parse_chat_input(R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": "{\"zeta\": 1, \"alpha\": {\"y\": 2, \"b\": 3}}"}}]}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+        "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "object"}}, "required": ["zeta"]}}}]})",
+                                      "order.json");
+    ASSERT_TRUE(in.ok()) << in.error().message;
+    const char* tpl =
+        "{{ messages[0]|tojson }}\n{{ tools[0]|tojson }}\n"
+        "{% for k, v in messages[0].tool_calls[0].function.arguments.items() %}{{ k }};{% endfor %}|"
+        "{{ messages[0].tool_calls[0].function.arguments }}";
+    auto r = jinja::apply_chat_template(tpl, in->messages, in->tools, {});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(
+        *r,
+        "{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"type\": \"function\", "
+        "\"function\": "
+        "{\"name\": \"f\", \"arguments\": {\"zeta\": 1, \"alpha\": {\"y\": 2, \"b\": 3}}}}]}\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"zeta\": {\"type\": \"integer\"}, \"alpha\": {\"type\": \"object\"}}, "
+        "\"required\": [\"zeta\"]}}}\n"
+        "zeta;alpha;|"
+        "{'zeta': 1, 'alpha': {'y': 2, 'b': 3}}");
 }
 
 TEST(ChatLayer, InputFileForms) {

@@ -2,7 +2,8 @@
 // configured like Hugging Face transformers (ImmutableSandboxedEnvironment, trim_blocks,
 // lstrip_blocks, loopcontrols, generation block, raise_exception, strftime_now pinned to
 // 2026-01-15 10:30:00 UTC, tojson = json.dumps). Each expected string is jinja2's output for the
-// same template and context (contexts with key-sorted objects, as nlohmann::json hands them over).
+// same template and context (the context JSON loaded with json.loads, which keeps key order, as
+// nlohmann::ordered_json does).
 // For Error rows jinja2 raised a non-template error; only "it fails" is compared there.
 #include <cstdlib>
 #include <ctime>
@@ -371,6 +372,22 @@ const Case kCases[] = {
      "{\"ds\": [{\"k\": 1}, {\"k\": 1}, {\"k\": 2}]}", Expect::Text, "[{'k': 1}, {'k': 2}]"},
     {"strftime", "{{ strftime_now('%Y-%m-%d %H:%M %A %b') }}", "{}", Expect::Text,
      "2026-01-15 10:30 Thursday Jan"},
+    // Dicts keep insertion order (context objects included); only dictsort and sort_keys sort.
+    {"dict_key_order",
+     "{{ d|tojson }}|{{ d }}|{% for k, v in d.items() %}{{ k }}{% endfor %}|{{ d|list }}|{{ d.keys()|list "
+     "}}|{{ "
+     "d.values()|list }}|{{ d|dictsort }}|{{ d|tojson(sort_keys=true) }}|{{ {'z': 1, 'a': 2, 'z': 3} }}|{{ "
+     "dict(z=1, a=2)|tojson }}|{% set ns = namespace(z=1, a=2) %}{% set ns.b = 0 %}{{ ns.z }}{{ ns.a }}{{ "
+     "ns.b }}",
+     "{\"d\": {\"zeta\": 1, \"alpha\": {\"y\": 2, \"b\": 3}, \"mid\": [{\"q\": 1, \"c\": 2}]}}", Expect::Text,
+     "{\"zeta\": 1, \"alpha\": {\"y\": 2, \"b\": 3}, \"mid\": [{\"q\": 1, \"c\": 2}]}|{'zeta': 1, 'alpha': "
+     "{'y': 2, "
+     "'b': 3}, 'mid': [{'q': 1, 'c': 2}]}|zetaalphamid|['zeta', 'alpha', 'mid']|['zeta', 'alpha', 'mid']|[1, "
+     "{'y': 2, 'b': 3}, [{'q': 1, 'c': 2}]]|[('alpha', {'y': 2, 'b': 3}), ('mid', [{'q': 1, 'c': 2}]), "
+     "('zeta', "
+     "1)]|{\"alpha\": {\"b\": 3, \"y\": 2}, \"mid\": [{\"c\": 2, \"q\": 1}], \"zeta\": 1}|{'z': 3, 'a': "
+     "2}|{\"z\": 1, "
+     "\"a\": 2}|120"},
 };
 
 class JinjaPython : public ::testing::TestWithParam<Case> {
@@ -388,7 +405,7 @@ TEST_P(JinjaPython, MatchesJinja2) {
     opt.now = 1768473000;  // 2026-01-15 10:30:00 UTC
     std::string got, err;
     if (t) {
-        auto r = t->render(nlohmann::json::parse(c.ctx), opt);
+        auto r = t->render(nlohmann::ordered_json::parse(c.ctx), opt);
         if (r)
             got = *r;
         else

@@ -13,7 +13,8 @@ using pelican::jinja::RenderOptions;
 using pelican::jinja::Template;
 
 // Renders or returns "ERROR: <message>".
-std::string render(const std::string& src, const nlohmann::json& ctx = nlohmann::json::object(),
+std::string render(const std::string& src,
+                   const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object(),
                    const RenderOptions& opt = {}) {
     auto t = Template::parse(src);
     if (!t) return "ERROR: " + t.error().message;
@@ -97,12 +98,13 @@ TEST(Jinja, StrftimeNowUsesPinnedClock) {
     tzset();
     RenderOptions opt;
     opt.now = 1768473000;  // 2026-01-15 10:30:00 UTC
-    EXPECT_EQ(render("{{ strftime_now('%d %b %Y %H:%M') }}", nlohmann::json::object(), opt),
+    EXPECT_EQ(render("{{ strftime_now('%d %b %Y %H:%M') }}", nlohmann::ordered_json::object(), opt),
               "15 Jan 2026 10:30");
 }
 
 TEST(Jinja, ContextValuesKeepJsonTypes) {
-    nlohmann::json ctx = {{"i", 3}, {"f", 2.0}, {"b", true}, {"n", nullptr}, {"s", "é"}, {"l", {1, "x"}}};
+    nlohmann::ordered_json ctx = {{"i", 3},       {"f", 2.0}, {"b", true},
+                                  {"n", nullptr}, {"s", "é"}, {"l", {1, "x"}}};
     EXPECT_EQ(render("{{ i }} {{ f }} {{ b }} {{ n }} {{ s }} {{ l }} {{ l|tojson }}", ctx),
               "3 2.0 True None é [1, 'x'] [1, \"x\"]");
     EXPECT_EQ(render("{{ u }}", {{"u", 18446744073709551615ull}}), "1.8446744073709552e+19");
@@ -115,8 +117,8 @@ TEST(Jinja, TemplateIsReusableAndMovable) {
     EXPECT_EQ(*moved.render({{"x", 2}}), "4");
     EXPECT_EQ(*moved.render({{"x", "ab"}}), "abab");
     Template empty;
-    EXPECT_FALSE(empty.render(nlohmann::json::object()).ok());
-    EXPECT_FALSE(moved.render(nlohmann::json::array()).ok());
+    EXPECT_FALSE(empty.render(nlohmann::ordered_json::object()).ok());
+    EXPECT_FALSE(moved.render(nlohmann::ordered_json::array()).ok());
 }
 
 TEST(Jinja, NamespaceStateSurvivesLoopScopes) {
@@ -124,7 +126,8 @@ TEST(Jinja, NamespaceStateSurvivesLoopScopes) {
         "{%- set ns = namespace(last_user=-1) -%}"
         "{%- for m in messages -%}{%- if m.role == 'user' %}{% set ns.last_user = loop.index0 %}{% endif -%}"
         "{%- endfor -%}{{ ns.last_user }}";
-    nlohmann::json ctx = {{"messages", {{{"role", "user"}}, {{"role", "assistant"}}, {{"role", "user"}}}}};
+    nlohmann::ordered_json ctx = {
+        {"messages", {{{"role", "user"}}, {{"role", "assistant"}}, {{"role", "user"}}}}};
     EXPECT_EQ(render(src, ctx), "2");
 }
 

@@ -10,16 +10,24 @@ its documented behaviour, not copied):
              strftime_now(fmt)    -> the PINNED instant below, formatted (see settings.json)
   * filter tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
     = json.dumps with those arguments
-Context: messages, tools (only when the conversation has a "tools" list), add_generation_prompt,
-bos_token, eos_token. The fixed values live in tests/data/chat/settings.json, which the C++ test
-(tests/unit/chat_template_test.cpp) reads too.
+Context: what transformers' render_jinja_template passes, compiled_template.render(messages=...,
+tools=..., documents=..., add_generation_prompt=..., **special_tokens_map):
+  * messages; tools = the conversation's "tools" list, or None when it has none (so in the template
+    `tools is defined` and `tools is none` are both true); documents = None; add_generation_prompt;
+  * the tokenizer's special_tokens_map, which holds only the special tokens that are set: here
+    bos_token and eos_token with the fixed test values of tests/data/chat/settings.json (an empty
+    value would leave the variable undefined). No chat template here reads unk/sep/pad/cls/
+    mask_token or additional_special_tokens, which pelican does not pass.
+The settings file is read by the C++ test (tests/unit/chat_template_test.cpp) too. Conversations
+are loaded with json.load, so every object keeps its key order from the file, as in Python; the
+conversation files are written in natural OpenAI order, and tool_calls_key_order.json nests keys
+that are deliberately not alphabetical.
 
-Two normalisations mirror pelican's chat layer (src/jinja/chat_template.cpp):
-  * a tool call whose function.arguments is a JSON *string* holding an object is turned into that
-    object (HF templates expect a dict; vLLM and llama.cpp convert the same way). Other strings stay.
-  * every JSON object's keys are sorted, because pelican hands templates nlohmann::json values,
-    whose objects are key-sorted. The conversation files are written key-sorted, so for them this
-    changes nothing and the output equals what transformers itself renders.
+One normalisation mirrors pelican's chat layer (src/jinja/chat_template.cpp): a tool call whose
+function.arguments is a JSON *string* holding an object is turned into that object, keys in the
+string's order (OpenAI-style requests send a string; HF templates expect a dict; vLLM and
+llama.cpp convert the same way). Other strings stay. Conversations whose arguments are already
+objects render exactly as transformers renders them.
 
 Time: strftime_now returns 2026-01-15 10:30:00 as a naive datetime, i.e. that wall-clock time
 in UTC; pelican pins RenderOptions::now to the same epoch second and the test runs with TZ=UTC.
@@ -89,14 +97,6 @@ def make_env(now):
     return env
 
 
-def sort_keys_deep(x):
-    if isinstance(x, dict):
-        return {k: sort_keys_deep(x[k]) for k in sorted(x)}
-    if isinstance(x, list):
-        return [sort_keys_deep(v) for v in x]
-    return x
-
-
 def normalize_messages(messages):
     for m in messages:
         calls = m.get("tool_calls") if isinstance(m, dict) else None
@@ -111,7 +111,7 @@ def normalize_messages(messages):
                     continue
                 if isinstance(parsed, dict):
                     fn["arguments"] = parsed
-    return sort_keys_deep(messages)
+    return messages
 
 
 def render_one(env, source, conv, gen, settings):
@@ -119,12 +119,13 @@ def render_one(env, source, conv, gen, settings):
         tmpl = env.from_string(source)
         ctx = {
             "messages": normalize_messages(json.loads(json.dumps(conv["messages"]))),
+            "tools": conv.get("tools"),
+            "documents": None,
             "add_generation_prompt": gen,
-            "bos_token": settings["bos_token"],
-            "eos_token": settings["eos_token"],
         }
-        if conv.get("tools") is not None:
-            ctx["tools"] = sort_keys_deep(conv["tools"])
+        for key in ("bos_token", "eos_token"):  # special_tokens_map: only the tokens that are set
+            if settings.get(key):
+                ctx[key] = settings[key]
         return {"ok": True, "text": tmpl.render(**ctx)}
     except RaisedByTemplate as e:
         return {"ok": False, "raised": True, "error": str(e.message)}
