@@ -120,6 +120,8 @@ inline void unpack(const uint8_t* blk, const IndexTables& ix, Unpacked* w) {
     }
 }
 
+constexpr int64_t kPrefetchBlocks = 12;
+
 // One row, kT tokens starting at t.
 template <WType kType, int kT>
 inline void row_tile(const MatmulArgs& a, const IndexTables& ix, int64_t r, int64_t t) {
@@ -136,6 +138,9 @@ inline void row_tile(const MatmulArgs& a, const IndexTables& ix, int64_t r, int6
     }
     Unpacked w;
     for (int64_t b = 0; b < nb; ++b) {
+        // Software prefetch kPrefetchBlocks super-blocks ahead (one row stream; see q32 kernel).
+        const uintptr_t pf = reinterpret_cast<uintptr_t>(row) + (b + kPrefetchBlocks) * kBlockBytes;
+        for (int64_t o = 0; o < kBlockBytes; o += 64) avx512::prefetch(pf + o);
         unpack<kType>(row + b * kBlockBytes, ix, &w);
         for (int j = 0; j < kT; ++j) {
             const int64_t tok = t + j;

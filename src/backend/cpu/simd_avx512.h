@@ -23,6 +23,10 @@ static inline __m512i bcast4(const int8_t* p) {
     return _mm512_set1_epi32(v);
 }
 
+// Prefetches the cache line holding address a into L1 (a may lie past the end of a buffer:
+// prefetches never fault; integer addresses keep the pointer arithmetic defined).
+static inline void prefetch(uintptr_t a) { _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0); }
+
 static inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
