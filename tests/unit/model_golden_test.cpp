@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "convert/convert.h"
 #include "core/mmap_file.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
@@ -148,6 +149,33 @@ TEST_P(Golden, SameLogitsFromGguf) {
     auto engine = Engine::load(tmp.str("m.gguf"), EngineOptions{.load_tokenizer = false});
     ASSERT_TRUE(engine.ok()) << engine.error().message;
     check_logits(**engine, *ref, "gguf");
+}
+
+TEST_P(Golden, SameResultsAfterPelicanConvert) {
+    // The fixture through `pelican convert` (f32): same logits, and the GGUF's own tokenizer gives
+    // the same greedy run.
+    const fs::path dir = kGolden / GetParam();
+    auto ref = SafetensorsFile::open((dir / "reference.safetensors").string());
+    ASSERT_TRUE(ref.ok());
+    test::TempDir tmp("golden_cv_" + GetParam());
+    ConvertOptions opt;
+    opt.type = DType::F32;
+    opt.emit.progress = false;
+    auto cv = convert_model(dir.string(), tmp.str("m.gguf"), opt);
+    ASSERT_TRUE(cv.ok()) << cv.error().message;
+    auto engine = Engine::load(tmp.str("m.gguf"));
+    ASSERT_TRUE(engine.ok()) << engine.error().message;
+    check_logits(**engine, *ref, "convert");
+    const auto prompt = read_vec<int32_t>(*ref, "greedy_prompt");
+    const auto want = read_vec<int32_t>(*ref, "greedy_tokens");
+    auto session = (*engine)->create_session(SessionOptions{.n_ctx = 128, .n_threads = 2});
+    ASSERT_TRUE(session.ok());
+    GenerateParams gp;
+    gp.max_tokens = static_cast<int32_t>(want.size());
+    gp.sampling.temperature = 0;
+    auto res = (*session)->generate(std::span<const int32_t>(prompt), gp);
+    ASSERT_TRUE(res.ok()) << res.error().message;
+    EXPECT_EQ(res->tokens, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Model, Golden, ::testing::ValuesIn(fixtures()), [](const auto& info) {
