@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
     int reps = 9;
     bool prefill = false;
     bool hot = false;
-    bool bandwidth = true;  // L2-resident matrices: kernel compute speed, independent of DRAM
+    bool bandwidth = true;
+    bool attn = false;  // L2-resident matrices: kernel compute speed, independent of DRAM
     std::vector<std::string> types{"q4_0", "q8_0", "f16"};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -127,6 +128,8 @@ int main(int argc, char** argv) {
             reps = std::stoi(next());
         } else if (a == "--types") {
             types = split(next());
+        } else if (a == "--attn") {
+            attn = true;
         } else if (a == "--no-bw") {
             bandwidth = false;
         } else if (a == "--hot") {
@@ -211,6 +214,47 @@ int main(int argc, char** argv) {
                 static_cast<long long>(s.n_out), th, median(gbs[k]),
                 *std::max_element(gbs[k].begin(), gbs[k].end()), median(gbs_cpu[k]),
                 s.weights[0].bytes() / (median(gbs[k]) * 1e9) * 1e6);
+        }
+    }
+
+    if (attn) {
+        // Decode attention of one layer, TinyLlama shape (32 query heads, 4 KV heads, head_dim 64).
+        for (int th : threads) {
+            ThreadPool pool(th);
+            for (DType kv : {DType::F32, DType::F16}) {
+                for (int64_t ctx : {512, 2048}) {
+                    AttentionParams p;
+                    p.n_head = 32;
+                    p.n_kv_head = 4;
+                    p.head_dim = 64;
+                    p.scale = 0.125f;
+                    p.kv_type = kv;
+                    const size_t elems = static_cast<size_t>(ctx * 4 * 64), esz = kv == DType::F16 ? 2 : 4;
+                    std::vector<uint8_t> k(elems * esz), v(elems * esz);
+                    for (size_t i = 0; i < elems; ++i) {
+                        const float f = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+                        if (kv == DType::F16) {
+                            const uint16_t h = f32_to_f16(f);
+                            std::memcpy(&k[i * 2], &h, 2);
+                            std::memcpy(&v[i * 2], &h, 2);
+                        } else {
+                            std::memcpy(&k[i * 4], &f, 4);
+                            std::memcpy(&v[i * 4], &f, 4);
+                        }
+                    }
+                    std::vector<float> q(32 * 64, 0.1f), out(32 * 64);
+                    std::vector<double> us;
+                    for (int r = 0; r < reps + 1; ++r) {
+                        const double t0 = now_s();
+                        for (int c = 0; c < 20; ++c)
+                            cpu::attention(q.data(), k.data(), v.data(), ctx - 1, 1, p, out.data(), pool);
+                        if (r > 0) us.push_back((now_s() - t0) / 20 * 1e6);
+                    }
+                    std::printf("attention decode ctx %5lld %s cache %d thread(s): median %.1f us/layer\n",
+                                static_cast<long long>(ctx), std::string(dtype_name(kv)).c_str(), th,
+                                median(us));
+                }
+            }
         }
     }
 
