@@ -96,6 +96,27 @@ TEST_P(ArchForward, GgufMatchesHfFolder) {
 INSTANTIATE_TEST_SUITE_P(Model, ArchForward,
                          ::testing::Values("llama", "mistral", "qwen2", "qwen3", "granite"));
 
+TEST(ModelForward, LongerPrefillSplitsElementwiseWork) {
+    // 100 tokens x n_ff 1024: the SwiGLU runs as several pool tasks (forward_layer.cpp over_rows).
+    TinySpec s = variant("qwen2");
+    s.n_embd = 128;
+    s.n_ff = 1024;
+    s.head_dim = 32;
+    s.max_pos = 256;
+    const auto w = test::make_weights(s);
+    TempDir dir("fwd_long");
+    test::write_hf_folder(dir.str("hf"), s, w);
+    auto m = load(dir.str("hf"));
+    ASSERT_TRUE(m);
+    const auto toks = some_tokens(100, s.n_vocab);
+    auto f = Forward::create(*m, ForwardOptions{.n_ctx = 128});
+    ASSERT_TRUE(f.ok());
+    ThreadPool pool(4);
+    std::vector<float> got(toks.size() * static_cast<size_t>(s.n_vocab));
+    ASSERT_TRUE((*f)->eval(toks, 0, pool, got).ok());
+    EXPECT_LT(test::max_rel_diff(got, test::reference_forward(s, w, toks)), 2e-5);
+}
+
 TEST(ModelForward, MistralSlidingWindow) {
     TinySpec s = variant("mistral");
     s.window = 4;
