@@ -22,17 +22,24 @@ enum class WType : uint32_t {
 };
 enum class WLayout : uint8_t { kRows = 0, kInterleave16 = 1 };
 
-// 16-row interleaved layout for 32-element blocks (Q4_0, Q8_0). Rows are grouped by 16
-// (the last group zero-padded: d = 0). Group g of a matrix with nb = n_in / 32 blocks per row:
-//   scales: nb x 16 fp16       d of rows 16g..16g+15 for block b at [b * 16 + r]   (32 B per b)
-//   quants: nb x kWords x 16 x 4 bytes: for block b, word c, row r: the 4 bytes
-//           qs_r[4c .. 4c + 4) of that row's block (Q4_0: kWords = 4; Q8_0: kWords = 8)
-// Group g starts at g * group_bytes; its quants start 32 * nb bytes (rounded up to 64) after.
+// 16-row interleaved layout for 32-element blocks (Q4_0, Q8_0). Rows are grouped by 16 (the
+// last group zero-padded: d = 0). A group is ONE linear stream (the hardware prefetchers follow
+// a single stream best) of units, each holding two block columns b = 2u, 2u + 1:
+//   [quants of b][quants of b + 1][scales of b][scales of b + 1]
+//   quants of b: kWords x 16 x 4 bytes: word c, row r = the 4 bytes qs_r[4c .. 4c + 4) of that
+//                row's block (Q4_0: kWords = 4, 256 B; Q8_0: kWords = 8, 512 B)
+//   scales of b: 16 fp16, d of rows 16g .. 16g + 15 (32 B)
+// A unit is 2 * 64 * kWords + 64 bytes (a multiple of 64: units stay cache-line aligned); an odd
+// block count leaves a zero column in the last unit. Group g starts at g * ilv_group_bytes.
 inline constexpr int kIlvRows = 16;
-static inline int64_t ilv_scale_bytes(int64_t nb) { return (nb * 32 + 63) / 64 * 64; }
-static inline int64_t ilv_quant_bytes(int64_t nb, int words) { return nb * words * 64; }
-static inline int64_t ilv_group_bytes(int64_t nb, int words) {
-    return ilv_scale_bytes(nb) + ilv_quant_bytes(nb, words);
+static inline int64_t ilv_unit_bytes(int words) { return 2 * 64 * words + 64; }
+static inline int64_t ilv_group_bytes(int64_t nb, int words) { return (nb + 1) / 2 * ilv_unit_bytes(words); }
+// Byte offsets of block column b's quants and scales within its group.
+static inline int64_t ilv_quant_offset(int64_t b, int words) {
+    return b / 2 * ilv_unit_bytes(words) + b % 2 * 64 * words;
+}
+static inline int64_t ilv_scale_offset(int64_t b, int words) {
+    return b / 2 * ilv_unit_bytes(words) + 2 * 64 * words + b % 2 * 32;
 }
 
 struct MatmulArgs {

@@ -66,17 +66,16 @@ void ilv_kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t
     for (int64_t r = r0; r < std::min(r1, a.n_out); ++r) {
         const uint8_t* g = a.w + (r / kIlvRows) * a.w_stride;
         const int rr = static_cast<int>(r % kIlvRows);
-        const uint16_t* scales = reinterpret_cast<const uint16_t*>(g);
-        const uint8_t* quants = g + ilv_scale_bytes(nb);
         for (int64_t tt = t0; tt < t1; tt += kTokTile) {
             const int64_t nt = std::min(kTokTile, t1 - tt);
             float acc[kTokTile] = {};
             for (int64_t b = 0; b < nb; ++b) {
                 Block blk;
-                blk.d = scales[b * kIlvRows + rr];
+                std::memcpy(&blk.d, g + ilv_scale_offset(b, kWords) + 2 * rr, 2);
+                const uint8_t* quants = g + ilv_quant_offset(b, kWords);
                 for (int c = 0; c < kWords; ++c)
-                    std::memcpy(reinterpret_cast<uint8_t*>(blk.qs) + 4 * c,
-                                quants + ((b * kWords + c) * kIlvRows + rr) * 4, 4);
+                    std::memcpy(reinterpret_cast<uint8_t*>(blk.qs) + 4 * c, quants + (c * kIlvRows + rr) * 4,
+                                4);
                 to_float(&blk, w, 32);
                 for (int64_t t = 0; t < nt; ++t) {
                     const int8_t* q = a.xq + (tt + t) * a.n_in + b * 32;

@@ -21,17 +21,16 @@ void interleave16(const Tensor& w, uint8_t* dst, int64_t group_bytes) {
     for (int64_t g = 0; g < n_groups; ++g) {
         uint8_t* gd = dst + g * group_bytes;
         std::memset(gd, 0, static_cast<size_t>(group_bytes));
-        auto* scales = reinterpret_cast<uint16_t*>(gd);
-        uint8_t* quants = gd + detail::ilv_scale_bytes(nb);
         for (int rr = 0; rr < detail::kIlvRows; ++rr) {
             const int64_t r = g * detail::kIlvRows + rr;
             if (r >= n_out) break;
             const auto* row = static_cast<const Block*>(w.row_ptr(r));
             for (int64_t b = 0; b < nb; ++b) {
-                scales[b * detail::kIlvRows + rr] = row[b].d;
+                std::memcpy(gd + detail::ilv_scale_offset(b, kWords) + 2 * rr, &row[b].d, 2);
+                uint8_t* quants = gd + detail::ilv_quant_offset(b, kWords);
                 const auto* qs = reinterpret_cast<const uint8_t*>(row[b].qs);
                 for (int c = 0; c < kWords; ++c)
-                    std::memcpy(quants + ((b * kWords + c) * detail::kIlvRows + rr) * 4, qs + 4 * c, 4);
+                    std::memcpy(quants + (c * detail::kIlvRows + rr) * 4, qs + 4 * c, 4);
             }
         }
     }
