@@ -72,8 +72,10 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
             ctx);
     if (params.max_tokens > 0 && n_prompt + params.max_tokens > ctx)
         return make_error(
-            "generate: prompt ({} tokens) + max_tokens ({}) = {} exceeds the context of {} tokens", n_prompt,
-            params.max_tokens, n_prompt + params.max_tokens, ctx);
+            "generate: prompt ({} tokens) + max_tokens ({}) = {} exceeds the context of {} tokens (use a "
+            "larger "
+            "context or fewer tokens)",
+            n_prompt, params.max_tokens, n_prompt + params.max_tokens, ctx);
     for (size_t i = 0; i < prompt.size(); ++i)
         if (prompt[i] < 0 || prompt[i] >= n_vocab)
             return make_error("generate: prompt token {} (index {}) is outside the vocabulary of {}",
