@@ -187,6 +187,25 @@ TEST(OpsMatmul, ScratchSizeAndExplicitScratch) {
     EXPECT_EQ(y, y2);  // same kernel, same inputs, deterministic split: identical bits
 }
 
+TEST(OpsMatmul, OwnCopyIsIndependentOfTheSource) {
+    Rng rng;
+    ThreadPool pool(2);
+    for (DType t : {DType::F16, DType::Q4_0, DType::Q6_K}) {
+        test::RandomMatrix m = test::random_matrix(rng, t, 512, 40, false);
+        const std::vector<float> x = test::random_vec(rng, 512 * 2);
+        std::vector<float> y_view(80), y_copy(80);
+        auto view = cpu::Weight::prepare(m.tensor(), false, false);
+        auto copy = cpu::Weight::prepare(m.tensor(), false, true);
+        ASSERT_TRUE(view.ok() && copy.ok());
+        EXPECT_EQ(view->data(), m.bytes.data());
+        EXPECT_NE(copy->data(), m.bytes.data());
+        cpu::matmul(*view, x.data(), 2, y_view.data(), pool);
+        std::fill(m.bytes.begin(), m.bytes.end(), uint8_t{0});  // the copy must not notice
+        cpu::matmul(*copy, x.data(), 2, y_copy.data(), pool);
+        EXPECT_EQ(y_view, y_copy) << dtype_name(t);
+    }
+}
+
 TEST(OpsMatmul, PrepareRejectsBadWeights) {
     std::vector<uint8_t> bytes(4096);
     auto t3 = *Tensor::contiguous_view(DType::F32, {8, 4, 2}, bytes.data(), "w3");

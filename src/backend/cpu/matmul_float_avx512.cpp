@@ -74,8 +74,35 @@ inline void rows_tile(const MatmulArgs& a, int64_t r, int64_t t0, int64_t t1) {
     for (; t < t1; ++t) tile<kType, kR, 1>(a, r, t);
 }
 
+// Decode (one token): one row at a time, so consecutive rows form a single linear stream (the
+// hardware prefetchers follow one stream best; measured a few % faster than 4-row tiles from
+// DRAM), 4 accumulators for the fma latency.
+template <WType kType>
+inline void row_decode(const MatmulArgs& a, int64_t r, int64_t t) {
+    const uint8_t* row = a.w + r * a.w_stride;
+    const float* x = a.x + t * a.n_in;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+    for (; i + 64 <= a.n_in; i += 64) {
+        acc0 = _mm512_fmadd_ps(load_w<kType>(row, i), _mm512_loadu_ps(x + i), acc0);
+        acc1 = _mm512_fmadd_ps(load_w<kType>(row, i + 16), _mm512_loadu_ps(x + i + 16), acc1);
+        acc2 = _mm512_fmadd_ps(load_w<kType>(row, i + 32), _mm512_loadu_ps(x + i + 32), acc2);
+        acc3 = _mm512_fmadd_ps(load_w<kType>(row, i + 48), _mm512_loadu_ps(x + i + 48), acc3);
+    }
+    for (; i < a.n_in; i += 16) {
+        const __mmask16 m = a.n_in - i >= 16 ? static_cast<__mmask16>(0xffff)
+                                             : static_cast<__mmask16>((1u << (a.n_in - i)) - 1u);
+        acc0 = _mm512_fmadd_ps(load_w<kType>(row, i, m), _mm512_maskz_loadu_ps(m, x + i), acc0);
+    }
+    a.y[t * a.n_out + r] = avx512::hsum(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+}
+
 template <WType kType>
 void kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    if (t1 - t0 == 1) {
+        for (int64_t r = r0; r < r1; ++r) row_decode<kType>(a, r, t0);
+        return;
+    }
     constexpr int kR = 4;
     int64_t r = r0;
     for (; r + kR <= r1; r += kR) rows_tile<kType, kR>(a, r, t0, t1);

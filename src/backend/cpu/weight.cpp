@@ -69,7 +69,7 @@ bool matmul_supported(DType t) {
     }
 }
 
-Expected<Weight> Weight::prepare(const Tensor& w, bool allow_repack) {
+Expected<Weight> Weight::prepare(const Tensor& w, bool allow_repack, bool own_copy) {
     if (!matmul_supported(w.dtype)) {
         return make_error("tensor '{}': the CPU matmul does not support weight type {}", w.name,
                           dtype_name(w.dtype));
@@ -109,6 +109,18 @@ Expected<Weight> Weight::prepare(const Tensor& w, bool allow_repack) {
         out.layout_ = Layout::kInterleave16;
         out.data_ = dst;
         out.row_stride_ = group_bytes;  // bytes between 16-row groups
+    } else if (own_copy) {
+        const int64_t row_bytes = w.row_bytes();
+        auto buf = Buffer::allocate(static_cast<size_t>(row_bytes * out.n_out_));
+        if (!buf)
+            return make_error("tensor '{}': copying for the CPU matmul: {}", w.name, buf.error().message);
+        out.owned_ = std::move(buf).value();
+        auto* dst = static_cast<uint8_t*>(out.owned_.data());
+        advise_huge_pages(dst, out.owned_.size());
+        for (int64_t r = 0; r < out.n_out_; ++r)
+            std::memcpy(dst + r * row_bytes, w.row_ptr(r), static_cast<size_t>(row_bytes));
+        out.data_ = dst;
+        out.row_stride_ = row_bytes;
     }
     return out;
 }
