@@ -105,9 +105,18 @@ TEST(GgufInfo, Cli) {
     ASSERT_EQ(js.code, 0) << js.out;
     EXPECT_EQ(nlohmann::json::parse(js.out)["tokenizer"]["vocab_size"], 32064);
 
+    // A folder with neither GGUF magic nor safetensors weights: both readers' verdicts in one error.
     CliResult dir = run_cli("info " + vocab.parent_path().string());
     EXPECT_EQ(dir.code, 1);
-    EXPECT_NE(dir.out.find("not a GGUF file"), std::string::npos) << dir.out;
+    EXPECT_NE(dir.out.find("neither a GGUF file nor a Hugging Face model"), std::string::npos) << dir.out;
+    EXPECT_NE(dir.out.find("holds no weights"), std::string::npos) << dir.out;
+
+    // A Hugging Face folder goes to the safetensors summary.
+    fs::path hf = fs::path(PELICAN_SOURCE_DIR) / "tests" / "golden" / "qwen3";
+    CliResult hfo = run_cli("info " + hf.string());
+    EXPECT_EQ(hfo.code, 0) << hfo.out;
+    EXPECT_NE(hfo.out.find("model_type:  qwen3"), std::string::npos) << hfo.out;
+    EXPECT_NE(hfo.out.find("250496 parameters"), std::string::npos) << hfo.out;
 
     // A corrupt GGUF reports the reader's error (file and byte offset).
     fs::path bad = fs::temp_directory_path() / ("pelican_info_bad_" + std::to_string(::getpid()) + ".gguf");
