@@ -6,9 +6,11 @@
 // Each figure is the median of --reps repetitions, configurations interleaved round-robin so
 // background noise spreads evenly.
 //
-//   ops_bench [--threads 1,2] [--reps 9] [--types q4_0,q8_0,f16] [--prefill] [--hot] [--no-bw]
+//   ops_bench [--threads 1,2] [--reps 9] [--types q4_0,q8_0,f16] [--prefill] [--hot] [--no-bw] [--view]
+//   [--attn]
 //             [--isa scalar|avx2|avx512]
-// --hot: small L2-resident matrices (kernel compute speed); --no-bw: skip the bandwidth test.
+// --hot: small L2-resident matrices (kernel compute speed); --no-bw: skip the bandwidth test;
+// --view: weights stay views of 4 KiB-page buffers (default: owned copies with huge pages).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -86,7 +88,8 @@ struct MatSet {
     std::vector<cpu::Weight> weights;  // prepared copies
 };
 
-MatSet make_set(DType t, int64_t n_in, int64_t n_out, size_t min_total_bytes, std::mt19937& rng) {
+MatSet make_set(DType t, int64_t n_in, int64_t n_out, size_t min_total_bytes, bool own_copy,
+                std::mt19937& rng) {
     MatSet s{t, n_in, n_out, {}, {}};
     const size_t row_bytes = *dtype_row_bytes(t, static_cast<uint64_t>(n_in));
     const size_t bytes = row_bytes * static_cast<size_t>(n_out);
@@ -102,7 +105,7 @@ MatSet make_set(DType t, int64_t n_in, int64_t n_out, size_t min_total_bytes, st
         Buffer b = Buffer::allocate(bytes).value();
         std::memcpy(b.data(), first.data(), bytes);
         auto view = *Tensor::contiguous_view(t, {n_in, n_out}, b.data(), "w");
-        s.weights.push_back(cpu::Weight::prepare(view).value());
+        s.weights.push_back(cpu::Weight::prepare(view, true, own_copy).value());
         s.raw.push_back(std::move(b));
     }
     return s;
@@ -116,7 +119,9 @@ int main(int argc, char** argv) {
     bool prefill = false;
     bool hot = false;
     bool bandwidth = true;
-    bool attn = false;  // L2-resident matrices: kernel compute speed, independent of DRAM
+    bool attn = false;
+    bool own_copy = true;  // weights in owned huge-page memory, as cpu::Weight::prepare(own_copy)  //
+                           // L2-resident matrices: kernel compute speed, independent of DRAM
     std::vector<std::string> types{"q4_0", "q8_0", "f16"};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -128,6 +133,8 @@ int main(int argc, char** argv) {
             reps = std::stoi(next());
         } else if (a == "--types") {
             types = split(next());
+        } else if (a == "--view") {
+            own_copy = false;
         } else if (a == "--attn") {
             attn = true;
         } else if (a == "--no-bw") {
@@ -179,7 +186,7 @@ int main(int argc, char** argv) {
             return 2;
         }
         for (const Shape& s : shapes)
-            sets.push_back(make_set(*t, s.n_in, s.n_out, hot ? 0 : size_t{256} << 20, rng));
+            sets.push_back(make_set(*t, s.n_in, s.n_out, hot ? 0 : size_t{256} << 20, own_copy, rng));
     }
     std::vector<float> x(5632 * 512), y(5632 * 512);
     for (auto& v : x) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);

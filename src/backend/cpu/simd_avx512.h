@@ -16,11 +16,12 @@
 
 namespace pelican::cpu::detail::avx512 {
 
-// 4 bytes at p (any alignment) broadcast to all 16 int32 lanes.
+// 4 bytes at p (any alignment) broadcast to all 16 int32 lanes. Read through a may_alias type
+// (not memcpy) so the compiler can fold the load into the consumer as an embedded broadcast
+// (vpdpbusd zmm, zmm, m32{1to16}): one instruction instead of two.
+typedef int32_t unaligned_i32 __attribute__((may_alias, aligned(1)));
 static inline __m512i bcast4(const int8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
+    return _mm512_set1_epi32(*reinterpret_cast<const unaligned_i32*>(p));
 }
 
 // Prefetches the cache line holding address a into L1 (a may lie past the end of a buffer:
