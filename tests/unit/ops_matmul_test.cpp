@@ -190,6 +190,51 @@ TEST(OpsMatmul, ScratchSizeAndExplicitScratch) {
     EXPECT_EQ(y, y2);  // same kernel, same inputs, deterministic split: identical bits
 }
 
+TEST(OpsMatmul, MultiEqualsSeparateCalls) {
+    // One pass over several weights gives the same bits as one matmul per weight (every output
+    // row is computed by the same kernel code whatever the task split), also when the weights
+    // need different activation formats (then it runs them one by one).
+    Rng rng;
+    IsaGuard guard;
+    for (cpu::Isa isa : isas()) {
+        cpu::set_isa(isa);
+        const std::vector<std::vector<DType>> sets = {{DType::Q4_0, DType::Q4_0, DType::Q8_0},
+                                                      {DType::Q4_K, DType::Q6_K},
+                                                      {DType::F16, DType::Q4_0},
+                                                      {DType::Q4_0, DType::Q6_K}};
+        for (const auto& types : sets) {
+            for (int64_t n_tok : {1, 5, 70}) {
+                const int64_t n_in = 512;
+                std::vector<test::RandomMatrix> ms;
+                std::vector<cpu::Weight> ws;
+                for (size_t k = 0; k < types.size(); ++k)
+                    ms.push_back(
+                        test::random_matrix(rng, types[k], n_in, 16 * static_cast<int64_t>(k) + 40, false));
+                for (auto& m : ms) ws.push_back(cpu::Weight::prepare(m.tensor()).value());
+                const std::vector<float> x = test::random_vec(rng, n_in * n_tok);
+                std::vector<std::vector<float>> y_sep, y_multi;
+                std::vector<const cpu::Weight*> wp;
+                std::vector<float*> yp;
+                ThreadPool pool(3);
+                for (auto& w : ws) {
+                    y_sep.emplace_back(static_cast<size_t>(w.n_out() * n_tok));
+                    y_multi.emplace_back(static_cast<size_t>(w.n_out() * n_tok), NAN);
+                    cpu::matmul(w, x.data(), n_tok, y_sep.back().data(), pool);
+                    wp.push_back(&w);
+                }
+                for (auto& y : y_multi) yp.push_back(y.data());
+                auto scratch = Buffer::allocate(cpu::matmul_scratch_bytes(n_in, n_tok)).value();
+                cpu::matmul_multi(
+                    wp, x.data(), n_tok, yp,
+                    std::span<std::byte>(static_cast<std::byte*>(scratch.data()), scratch.size()), pool);
+                for (size_t k = 0; k < ws.size(); ++k)
+                    EXPECT_EQ(y_multi[k], y_sep[k])
+                        << cpu::isa_name(isa) << " weight " << k << " n_tok " << n_tok;
+            }
+        }
+    }
+}
+
 TEST(OpsMatmul, OwnCopyIsIndependentOfTheSource) {
     Rng rng;
     ThreadPool pool(2);

@@ -152,9 +152,10 @@ void attention_group_avx512(const AttnGroupArgs& a) {
             PELICAN_PV_CASE(3)
             PELICAN_PV_CASE(4)
             PELICAN_PV_CASE(5)
-            PELICAN_PV_CASE(6) PELICAN_PV_CASE(7) PELICAN_PV_CASE(8) PELICAN_PV_CASE(9) PELICAN_PV_CASE(10)
-                PELICAN_PV_CASE(11) PELICAN_PV_CASE(12) PELICAN_PV_CASE(13) PELICAN_PV_CASE(14)
-                    PELICAN_PV_CASE(15) PELICAN_PV_CASE(16)
+            PELICAN_PV_CASE(6)
+            PELICAN_PV_CASE(7) PELICAN_PV_CASE(8) PELICAN_PV_CASE(9) PELICAN_PV_CASE(10) PELICAN_PV_CASE(11)
+                PELICAN_PV_CASE(12) PELICAN_PV_CASE(13) PELICAN_PV_CASE(14) PELICAN_PV_CASE(15)
+                    PELICAN_PV_CASE(16)
 #undef PELICAN_PV_CASE
                         default : break;
         }

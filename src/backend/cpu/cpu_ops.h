@@ -102,6 +102,15 @@ void matmul(const Weight& w, const float* x, int64_t n_tok, float* y, std::span<
 // needs more than any earlier call on this thread).
 void matmul(const Weight& w, const float* x, int64_t n_tok, float* y, ThreadPool& pool);
 
+// Several weights with the same n_in applied to the same activations in ONE parallel pass (e.g.
+// Q, K and V, or gate and up): ys[k] [n_tok, ws[k]->n_out()] = x ws[k]^T. Same results as one
+// matmul per weight; the activations are quantized once and the pool synchronises once (when
+// the quantized weights need different activation formats, e.g. Q4_0 with Q6_K, it simply runs
+// them one by one). At most kMaxMultiWeights weights; scratch as for matmul.
+inline constexpr size_t kMaxMultiWeights = 8;
+void matmul_multi(std::span<const Weight* const> ws, const float* x, int64_t n_tok,
+                  std::span<float* const> ys, std::span<std::byte> scratch, ThreadPool& pool);
+
 // ---- normalisation, rope, activations ------------------------------------------------------------
 // As ref::rms_norm; rows are split over the pool when pool != nullptr.
 void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps,
