@@ -2,8 +2,8 @@
 // with the same semantics as the references in ops/ops.h (see there for shapes and formulas).
 // This is the API the model layer calls on the CPU.
 //
-//   cpu::Weight wq = *cpu::Weight::prepare(tensor);   // once, at load
-//   cpu::matmul(wq, x, n_tok, y, scratch, pool);      // per forward; never allocates
+//   cpu::Weight wq = cpu::Weight::prepare(tensor).value();  // once, at load (check .ok() first)
+//   cpu::matmul(wq, x, n_tok, y, scratch, pool);             // per forward; never allocates
 //
 // Threads: ops that take a ThreadPool split their work over it (the caller is thread 0). The
 // pool must not be busy with another job from this thread (no calls from inside its tasks
@@ -48,7 +48,7 @@ bool matmul_supported(DType t);
 class Weight {
 public:
     enum class Layout : uint8_t {
-        kRows,          // GGUF rows as stored (view)
+        kRows,          // GGUF rows as stored (a view, or an owned copy with own_copy)
         kInterleave16,  // 16-row groups, blocks interleaved in 4-byte words (owned copy)
     };
 
