@@ -142,23 +142,18 @@ void attention_group_avx512(const AttnGroupArgs& a) {
             l[g] = l[g] * corr[g] + avx512::hsum(psum);
         }
         // out = out * corr + sum_j p_j V_j (each V row slice loaded once for the group).
+        // clang-format off
         switch (ng) {
-#define PELICAN_PV_CASE(n)                                                                 \
-    case n:                                                                                \
-        pv_update<n>(a.out, a.v, a.f16, j0 * a.pos_stride, a.pos_stride, nk, hd, s, corr); \
-        break;
-            PELICAN_PV_CASE(1)
-            PELICAN_PV_CASE(2)
-            PELICAN_PV_CASE(3)
-            PELICAN_PV_CASE(4)
-            PELICAN_PV_CASE(5)
-            PELICAN_PV_CASE(6)
-            PELICAN_PV_CASE(7) PELICAN_PV_CASE(8) PELICAN_PV_CASE(9) PELICAN_PV_CASE(10) PELICAN_PV_CASE(11)
-                PELICAN_PV_CASE(12) PELICAN_PV_CASE(13) PELICAN_PV_CASE(14) PELICAN_PV_CASE(15)
-                    PELICAN_PV_CASE(16)
+#define PELICAN_PV_CASE(n) \
+    case n: pv_update<n>(a.out, a.v, a.f16, j0 * a.pos_stride, a.pos_stride, nk, hd, s, corr); break;
+            PELICAN_PV_CASE(1) PELICAN_PV_CASE(2) PELICAN_PV_CASE(3) PELICAN_PV_CASE(4)
+            PELICAN_PV_CASE(5) PELICAN_PV_CASE(6) PELICAN_PV_CASE(7) PELICAN_PV_CASE(8)
+            PELICAN_PV_CASE(9) PELICAN_PV_CASE(10) PELICAN_PV_CASE(11) PELICAN_PV_CASE(12)
+            PELICAN_PV_CASE(13) PELICAN_PV_CASE(14) PELICAN_PV_CASE(15) PELICAN_PV_CASE(16)
 #undef PELICAN_PV_CASE
-                        default : break;
+            default: break;
         }
+        // clang-format on
     }
     for (int g = 0; g < ng; ++g) {
         const __m512 inv = _mm512_set1_ps(1.0f / l[g]);

@@ -7,14 +7,14 @@
 
 #include <cuda_runtime.h>
 
-#define PELICAN_CUDA_CHECK(expr)                                                                   \
-    do {                                                                                           \
-        cudaError_t pelican_cuda_err_ = (expr);                                                    \
-        if (pelican_cuda_err_ != cudaSuccess) {                                                    \
-            std::fprintf(stderr, "pelican: CUDA error %s at %s:%d: %s\n",                         \
-                         cudaGetErrorName(pelican_cuda_err_), __FILE__, __LINE__, #expr);          \
-            std::abort();                                                                          \
-        }                                                                                          \
+#define PELICAN_CUDA_CHECK(expr)                                                          \
+    do {                                                                                  \
+        cudaError_t pelican_cuda_err_ = (expr);                                           \
+        if (pelican_cuda_err_ != cudaSuccess) {                                           \
+            std::fprintf(stderr, "pelican: CUDA error %s at %s:%d: %s\n",                 \
+                         cudaGetErrorName(pelican_cuda_err_), __FILE__, __LINE__, #expr); \
+            std::abort();                                                                 \
+        }                                                                                 \
     } while (0)
 
 #define PELICAN_CUDA_CHECK_LAUNCH() PELICAN_CUDA_CHECK(cudaGetLastError())
