@@ -1,45 +1,14 @@
 #include "jinja/utf8.h"
 
+#include "core/utf8.h"
+
 #include <utf8proc.h>
 
 namespace pelican::jinja {
 
-std::u32string utf8_decode(std::string_view s) {
-    std::u32string out;
-    out.reserve(s.size());
-    size_t i = 0;
-    while (i < s.size()) {
-        utf8proc_int32_t cp = 0;
-        auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
-                                  static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
-        if (n <= 0) {
-            out.push_back(0xFFFD);
-            i += 1;
-        } else {
-            out.push_back(static_cast<char32_t>(cp));
-            i += static_cast<size_t>(n);
-        }
-    }
-    return out;
-}
+std::u32string utf8_decode(std::string_view s) { return pelican::utf8_decode_all(s); }
 
-void utf8_append(std::string& out, char32_t cp) {
-    if (cp < 0x80) {
-        out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-}
+void utf8_append(std::string& out, char32_t cp) { pelican::utf8_append(out, static_cast<uint32_t>(cp)); }
 
 std::string utf8_encode(std::u32string_view s) {
     std::string out;

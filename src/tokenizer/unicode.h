@@ -1,4 +1,4 @@
-// UTF-8 helpers and the GPT-2 byte <-> unicode mapping used by byte-level BPE.
+// NFC and the GPT-2 byte <-> unicode mapping used by byte-level BPE.
 #pragma once
 
 #include <array>
@@ -6,17 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"  // utf8_decode, utf8_append, utf8_valid
+
 namespace pelican {
-
-// Decodes one code point at s[pos]. Returns the code point and sets `len` to the bytes consumed
-// (1..4). Invalid or truncated sequences decode as -1 with len = 1, so callers always advance.
-int32_t utf8_decode(std::string_view s, size_t pos, size_t& len);
-
-// Appends the UTF-8 encoding of `cp` (0..0x10FFFF; surrogates/out-of-range encode U+FFFD).
-void utf8_append(std::string& out, uint32_t cp);
-
-// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points > 0x10FFFF).
-bool utf8_valid(std::string_view s);
 
 // NFC normalization (utf8proc). Invalid UTF-8 input is returned unchanged.
 std::string utf8_nfc(std::string_view s);

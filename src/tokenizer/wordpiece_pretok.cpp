@@ -2,6 +2,8 @@
 
 #include <utf8proc.h>
 
+#include "core/utf8.h"
+
 namespace pelican {
 namespace {
 
@@ -58,7 +60,7 @@ bool is_cjk(uint32_t c) {
 std::vector<uint32_t> strip_accents(const std::vector<uint32_t>& cps) {
     std::string utf8;
     utf8.reserve(cps.size());
-    for (uint32_t c : cps) append_utf8(c, utf8);
+    for (uint32_t c : cps) utf8_append(utf8, c);
     const auto* src = reinterpret_cast<const utf8proc_uint8_t*>(utf8.data());
     const auto len = static_cast<utf8proc_ssize_t>(utf8.size());
     const auto opts = static_cast<utf8proc_option_t>(UTF8PROC_DECOMPOSE);
@@ -78,51 +80,13 @@ std::vector<uint32_t> strip_accents(const std::vector<uint32_t>& cps) {
 std::vector<uint32_t> utf8_to_codepoints(std::string_view text) {
     std::vector<uint32_t> out;
     out.reserve(text.size());
-    const auto* p = reinterpret_cast<const uint8_t*>(text.data());
-    const size_t n = text.size();
-    for (size_t i = 0; i < n;) {
-        const uint8_t b = p[i];
+    for (size_t i = 0; i < text.size();) {
         size_t len = 0;
-        uint32_t cp = 0, min = 0;
-        if (b < 0x80) {
-            out.push_back(b);
-            ++i;
-            continue;
-        } else if ((b & 0xE0) == 0xC0) {
-            len = 2, cp = b & 0x1F, min = 0x80;
-        } else if ((b & 0xF0) == 0xE0) {
-            len = 3, cp = b & 0x0F, min = 0x800;
-        } else if ((b & 0xF8) == 0xF0) {
-            len = 4, cp = b & 0x07, min = 0x10000;
-        }
-        bool ok = len != 0 && i + len <= n;
-        for (size_t k = 1; ok && k < len; ++k) {
-            ok = (p[i + k] & 0xC0) == 0x80;
-            cp = (cp << 6) | (p[i + k] & 0x3F);
-        }
-        ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-        out.push_back(ok ? cp : kReplacement);
-        i += ok ? len : 1;
+        const int32_t cp = utf8_decode(text, i, len);
+        out.push_back(cp < 0 ? kReplacement : static_cast<uint32_t>(cp));
+        i += len;
     }
     return out;
-}
-
-void append_utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
 }
 
 std::vector<std::string> bert_pre_tokenize(std::string_view text, bool lowercase) {
@@ -163,10 +127,10 @@ std::vector<std::string> bert_pre_tokenize(std::string_view text, bool lowercase
             flush();
         } else if (is_punctuation(c)) {
             flush();
-            append_utf8(c, cur);
+            utf8_append(cur, c);
             flush();
         } else {
-            append_utf8(c, cur);
+            utf8_append(cur, c);
         }
     }
     flush();

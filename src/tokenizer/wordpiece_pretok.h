@@ -20,7 +20,6 @@ namespace pelican {
 // UTF-8 -> code points; each malformed sequence (bad lead/continuation, overlong, surrogate,
 // > U+10FFFF) becomes one U+FFFD and decoding resumes at the next byte.
 std::vector<uint32_t> utf8_to_codepoints(std::string_view text);
-void append_utf8(uint32_t cp, std::string& out);
 
 // Words of `text` after BERT normalization and pre-tokenization, each as UTF-8.
 std::vector<std::string> bert_pre_tokenize(std::string_view text, bool lowercase);
