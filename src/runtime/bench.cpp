@@ -1,0 +1,297 @@
+// pelican bench: the measuring logic and its reports (runtime/bench.h).
+#include "runtime/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <random>
+#include <span>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "pelican/engine.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_spec.h"
+
+namespace pelican {
+namespace {
+
+// Adds one weight tensor: `read` bytes of it per decoded token.
+struct Tally {
+    ModelBytes out;
+    std::map<DType, int64_t> by_type;  // bytes of matrices and the embedding, per type
+
+    void vec(const float* v, int64_t n) {
+        if (v == nullptr) return;
+        const int64_t b = n * static_cast<int64_t>(sizeof(float));
+        out.decode_weight_bytes += b;
+        out.total_bytes += b;
+        out.n_params += n;
+    }
+    void matrix(const cpu::Weight& w) {
+        out.decode_weight_bytes += w.bytes();
+        out.total_bytes += w.bytes();
+        out.n_params += w.n_in() * w.n_out();
+        by_type[w.type()] += w.bytes();
+    }
+};
+
+int max_threads() { return 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+// Ids the benchmark may feed: normal and byte tokens below the model's vocabulary, minus BOS/EOS
+// and end-of-generation ids. Every id when there is no tokenizer.
+std::vector<int32_t> plain_token_ids(const Engine& engine) {
+    const int32_t n_vocab = engine.n_vocab();
+    const Tokenizer* tok = engine.tokenizer();
+    std::vector<int32_t> ids;
+    for (int32_t id = 0; id < n_vocab; ++id) {
+        if (tok != nullptr) {
+            const TokenizerSpec& s = tok->spec();
+            if (id >= tok->n_vocab() || id == s.bos_id || id == s.eos_id || id == s.unk_id || id == s.pad_id)
+                continue;
+            const TokenType t = static_cast<size_t>(id) < s.types.size() ? s.types[static_cast<size_t>(id)]
+                                                                         : TokenType::Normal;
+            if (t != TokenType::Normal && t != TokenType::Byte) continue;
+        }
+        const auto& eog = engine.end_of_generation_ids();
+        if (std::binary_search(eog.begin(), eog.end(), id)) continue;
+        ids.push_back(id);
+    }
+    return ids;
+}
+
+std::string human_bytes(double b) {
+    if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+    if (b >= 1024.0 * 1024) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024));
+    return fmt::format("{:.2f} KiB", b / 1024.0);
+}
+
+std::string human_count(double n) {
+    if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
+    if (n >= 1e6) return fmt::format("{:.2f} M", n / 1e6);
+    return fmt::format("{:.2f} K", n / 1e3);
+}
+
+std::string rate_cell(const RateStats& s) {
+    return fmt::format("{:.2f} ({:.2f}-{:.2f})", s.median, s.min, s.max);
+}
+
+std::string file_name(const std::string& path) {
+    std::string p = path;
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    const size_t slash = p.find_last_of('/');
+    return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+ModelBytes model_bytes(const Model& model) {
+    const ModelHParams& hp = model.hparams();
+    const ModelWeights& w = model.weights();
+    Tally t;
+    for (const LayerWeights& l : w.layers) {
+        t.vec(l.attn_norm, hp.n_embd);
+        t.vec(l.ffn_norm, hp.n_embd);
+        t.vec(l.q_norm, hp.head_dim);
+        t.vec(l.k_norm, hp.head_dim);
+        t.vec(l.bq, hp.q_dim());
+        t.vec(l.bk, hp.kv_dim());
+        t.vec(l.bv, hp.kv_dim());
+        t.vec(l.bo, hp.n_embd);
+        t.vec(l.b_gate, hp.n_ff);
+        t.vec(l.b_up, hp.n_ff);
+        t.vec(l.b_down, hp.n_embd);
+        for (const cpu::Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) t.matrix(*m);
+    }
+    t.vec(w.output_norm, hp.n_embd);
+    t.matrix(w.output);  // the LM head is read whole, tied or not
+    // The embedding: one row per decoded token; stored in full unless it is the tied output.
+    t.out.decode_weight_bytes += w.tok_embd.row_bytes();
+    if (!w.tied_output) {
+        t.out.total_bytes += w.tok_embd.n_bytes();
+        t.out.n_params += w.tok_embd.n_elements();
+        t.by_type[w.tok_embd.dtype] += w.tok_embd.n_bytes();
+    }
+    std::vector<std::pair<int64_t, DType>> order;
+    for (const auto& [type, bytes] : t.by_type) order.emplace_back(bytes, type);
+    std::sort(order.rbegin(), order.rend());
+    for (const auto& [bytes, type] : order) {
+        if (!t.out.types.empty()) t.out.types += ", ";
+        t.out.types += dtype_name(type);
+    }
+    return t.out;
+}
+
+KvBytes decode_kv_bytes(const Model& model, int64_t depth, int64_t n_gen) {
+    const ModelHParams& hp = model.hparams();
+    KvBytes r;
+    if (n_gen <= 0) return r;
+    double sum = 0;
+    for (int64_t pos = depth; pos < depth + n_gen; ++pos)
+        sum += static_cast<double>(hp.sliding_window > 0 ? std::min(pos + 1, hp.sliding_window) : pos + 1);
+    r.mean_positions = sum / static_cast<double>(n_gen);
+    // K and V, every layer, fp32 (model/kv_cache.h).
+    const double row_bytes = static_cast<double>(2 * hp.n_layer * hp.kv_dim()) * sizeof(float);
+    r.bytes_per_token = row_bytes * r.mean_positions;
+    return r;
+}
+
+Status check_bench_params(const BenchParams& p, int64_t n_ctx_train) {
+    if (p.n_prompt <= 0) return make_error("bench: -p (prompt tokens) must be positive, got {}", p.n_prompt);
+    if (p.n_gen <= 0) return make_error("bench: -n (decoded tokens) must be positive, got {}", p.n_gen);
+    if (p.reps <= 0) return make_error("bench: -r (repetitions) must be positive, got {}", p.reps);
+    if (p.depth < 0) return make_error("bench: -d (decode depth) must be >= 0, got {}", p.depth);
+    if (p.n_batch <= 0) return make_error("bench: the batch size must be positive, got {}", p.n_batch);
+    if (p.n_threads < 0 || p.n_threads > max_threads())
+        return make_error("bench: -t {} is not a thread count; pass -t between 1 and {} (or 0 for all cores)",
+                          p.n_threads, max_threads());
+    if (n_ctx_train > 0) {
+        if (p.n_prompt > n_ctx_train)
+            return make_error(
+                "bench: -p {} needs a context of {} tokens but the model's context is {}; pass -p {} or "
+                "less",
+                p.n_prompt, p.n_prompt, n_ctx_train, n_ctx_train);
+        if (p.depth > n_ctx_train || p.n_gen > n_ctx_train - p.depth)
+            return make_error(
+                "bench: -d {} + -n {} needs a context of {} tokens but the model's context is {}; pass -d "
+                "and -n that add up to {} or less",
+                p.depth, p.n_gen, p.depth + p.n_gen, n_ctx_train, n_ctx_train);
+    }
+    return {};
+}
+
+RateStats rate_stats(const std::vector<double>& seconds, int64_t n) {
+    std::vector<double> rates;
+    for (double s : seconds) rates.push_back(s > 0 ? static_cast<double>(n) / s : 0.0);
+    RateStats r;
+    if (rates.empty()) return r;
+    std::sort(rates.begin(), rates.end());
+    const size_t m = rates.size() / 2;
+    r.median = rates.size() % 2 ? rates[m] : (rates[m - 1] + rates[m]) / 2;
+    r.min = rates.front();
+    r.max = rates.back();
+    return r;
+}
+
+Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
+    PELICAN_TRY(check_bench_params(p, engine.n_ctx_train()));
+    const std::vector<int32_t> pool = plain_token_ids(engine);
+    if (pool.empty()) return make_error("bench: the vocabulary has no normal tokens to feed the model");
+
+    BenchResult r;
+    r.params = p;
+    r.model_path = engine.model().path();
+    r.model_desc = engine.model().describe();
+    r.model = model_bytes(engine.model());
+    r.kv = decode_kv_bytes(engine.model(), p.depth, p.n_gen);
+    r.n_ctx = std::max(p.n_prompt, p.depth + p.n_gen);
+    PELICAN_ASSIGN(std::unique_ptr<Session> session,
+                   engine.create_session({.n_ctx = r.n_ctx, .n_threads = p.n_threads, .n_batch = p.n_batch}));
+    r.n_threads = session->n_threads();
+
+    std::mt19937_64 rng(p.seed);
+    std::uniform_int_distribution<size_t> pick(0, pool.size() - 1);
+    auto draw = [&](int64_t n) {
+        std::vector<int32_t> v(static_cast<size_t>(n));
+        for (int32_t& id : v) id = pool[pick(rng)];
+        return v;
+    };
+    using clock = std::chrono::steady_clock;
+    for (int rep = -1; rep < p.reps; ++rep) {  // rep -1: warm-up, not counted
+        const std::vector<int32_t> prompt = draw(p.n_prompt);
+        const std::vector<int32_t> ctx = draw(p.depth);
+        const std::vector<int32_t> gen = draw(p.n_gen);
+        BenchRun run;
+
+        session->reset();
+        auto t0 = clock::now();
+        PELICAN_TRY(session->eval(prompt));
+        run.prefill_s = seconds_since(t0);
+
+        session->reset();
+        if (!ctx.empty()) PELICAN_TRY(session->eval(ctx));
+        t0 = clock::now();
+        for (size_t i = 0; i < gen.size(); ++i) PELICAN_TRY(session->eval(std::span(gen).subspan(i, 1)));
+        run.decode_s = seconds_since(t0);
+        if (rep >= 0) r.runs.push_back(run);
+    }
+    session->reset();
+
+    std::vector<double> pre, dec;
+    for (const BenchRun& run : r.runs) {
+        pre.push_back(run.prefill_s);
+        dec.push_back(run.decode_s);
+    }
+    r.prefill = rate_stats(pre, p.n_prompt);
+    r.decode = rate_stats(dec, p.n_gen);
+    r.gbps =
+        (static_cast<double>(r.model.decode_weight_bytes) + r.kv.bytes_per_token) * r.decode.median / 1e9;
+    return r;
+}
+
+std::string bench_table(const BenchResult& r) {
+    const BenchParams& p = r.params;
+    const std::string tg =
+        p.depth > 0 ? fmt::format("tg{} @ d{}", p.n_gen, p.depth) : fmt::format("tg{}", p.n_gen);
+    std::string out = fmt::format(
+        "| model | type | size | params | threads | pp{} tok/s | {} tok/s | bytes/token | GB/s |\n"
+        "|---|---|---|---|---|---|---|---|---|\n",
+        p.n_prompt, tg);
+    out +=
+        fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} + {} KV | {:.1f} |\n", file_name(r.model_path),
+                    r.model.types, human_bytes(static_cast<double>(r.model.total_bytes)),
+                    human_count(static_cast<double>(r.model.n_params)), r.n_threads, rate_cell(r.prefill),
+                    rate_cell(r.decode), human_bytes(static_cast<double>(r.model.decode_weight_bytes)),
+                    human_bytes(r.kv.bytes_per_token), r.gbps);
+    out += fmt::format(
+        "tok/s: median (min-max) of {} runs after one warm-up; decode feeds random tokens without sampling "
+        "(as llama-bench tg); KV read at {:.1f} positions per step on average\n",
+        r.runs.size(), r.kv.mean_positions);
+    return out;
+}
+
+std::string bench_json(const BenchResult& r) {
+    const BenchParams& p = r.params;
+    nlohmann::ordered_json j;
+    j["model"] = r.model_path;
+    j["model_desc"] = r.model_desc;
+    j["types"] = r.model.types;
+    j["model_bytes"] = r.model.total_bytes;
+    j["n_params"] = r.model.n_params;
+    j["n_prompt"] = p.n_prompt;
+    j["n_gen"] = p.n_gen;
+    j["depth"] = p.depth;
+    j["reps"] = p.reps;
+    j["threads"] = r.n_threads;
+    j["n_batch"] = p.n_batch;
+    j["n_ctx"] = r.n_ctx;
+    j["seed"] = p.seed;
+    j["decode_tokens"] = "random, no sampling";
+    j["prefill_tok_s"] = r.prefill.median;
+    j["prefill_tok_s_min"] = r.prefill.min;
+    j["prefill_tok_s_max"] = r.prefill.max;
+    j["decode_tok_s"] = r.decode.median;
+    j["decode_tok_s_min"] = r.decode.min;
+    j["decode_tok_s_max"] = r.decode.max;
+    j["weight_bytes_per_token"] = r.model.decode_weight_bytes;
+    j["kv_bytes_per_token"] = r.kv.bytes_per_token;
+    j["kv_mean_positions"] = r.kv.mean_positions;
+    j["gbps"] = r.gbps;
+    nlohmann::ordered_json pre = nlohmann::ordered_json::array(), dec = nlohmann::ordered_json::array();
+    for (const BenchRun& run : r.runs) {
+        pre.push_back(run.prefill_s);
+        dec.push_back(run.decode_s);
+    }
+    j["prefill_s"] = std::move(pre);
+    j["decode_s"] = std::move(dec);
+    return j.dump();
+}
+
+}  // namespace pelican

@@ -1,0 +1,196 @@
+// pelican bench (runtime/bench.h): timings, byte accounting against an independent sum over the
+// checkpoint's tensors, the JSON report, argument errors, and the CLI end to end.
+#include "runtime/bench.h"
+
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/safetensors.h"
+#include "pelican/engine.h"
+
+namespace pelican {
+namespace {
+
+const std::string kModel = std::string(PELICAN_SOURCE_DIR) + "/tests/golden/llama";
+
+const Engine& engine() {
+    static std::unique_ptr<Engine> e = [] {
+        auto r = Engine::load(kModel);
+        EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+        return r.ok() ? std::move(r).value() : nullptr;
+    }();
+    return *e;
+}
+
+BenchParams small() { return BenchParams{.n_prompt = 8, .n_gen = 4, .reps = 2, .n_threads = 2}; }
+
+TEST(Bench, RunsAndReportsPositiveMedians) {
+    auto r = run_bench(engine(), small());
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->runs.size(), 2u);
+    for (const BenchRun& run : r->runs) {
+        EXPECT_GT(run.prefill_s, 0);
+        EXPECT_GT(run.decode_s, 0);
+    }
+    EXPECT_GT(r->prefill.median, 0);
+    EXPECT_GT(r->decode.median, 0);
+    EXPECT_LE(r->decode.min, r->decode.median);
+    EXPECT_LE(r->decode.median, r->decode.max);
+    EXPECT_EQ(r->n_threads, 2);
+    EXPECT_EQ(r->n_ctx, 8);
+    EXPECT_GT(r->gbps, 0);
+    // The session is left empty and the model unchanged: a second run works the same.
+    EXPECT_TRUE(run_bench(engine(), small()).ok());
+}
+
+TEST(Bench, WeightBytesEqualTheCheckpointsTensors) {
+    // Independent sum: every tensor of model.safetensors (all F32, as the kernels read them), except
+    // that the token embedding counts one row.
+    auto st = SafetensorsFile::open(kModel + "/model.safetensors");
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    uint64_t read = 0, total = 0, params = 0;
+    for (const SafetensorsTensor& t : st->tensors()) {
+        ASSERT_EQ(t.dtype_str, "F32") << t.name;
+        total += t.n_bytes();
+        params += t.n_elements();
+        if (t.name == "model.embed_tokens.weight") {
+            ASSERT_EQ(t.shape.size(), 2u);
+            read += t.shape[1] * sizeof(float);  // one row of [n_vocab, n_embd]
+        } else {
+            read += t.n_bytes();
+        }
+    }
+    const ModelBytes b = model_bytes(engine().model());
+    EXPECT_EQ(b.decode_weight_bytes, static_cast<int64_t>(read));
+    EXPECT_EQ(b.total_bytes, static_cast<int64_t>(total));
+    EXPECT_EQ(b.n_params, static_cast<int64_t>(params));
+    EXPECT_EQ(b.types, "f32");
+}
+
+TEST(Bench, KvBytesAtTheMeanDecodeDepth) {
+    // 2 layers, kv_dim 2 heads x 16; K and V fp32. Steps at positions 0..3 attend 1..4 positions.
+    const double row = 2.0 * 2 * 32 * 4;
+    KvBytes kv = decode_kv_bytes(engine().model(), 0, 4);
+    EXPECT_DOUBLE_EQ(kv.mean_positions, 2.5);
+    EXPECT_DOUBLE_EQ(kv.bytes_per_token, row * 2.5);
+    kv = decode_kv_bytes(engine().model(), 10, 3);  // positions 10..12 attend 11..13
+    EXPECT_DOUBLE_EQ(kv.mean_positions, 12.0);
+    EXPECT_DOUBLE_EQ(kv.bytes_per_token, row * 12.0);
+}
+
+TEST(Bench, GbpsIsBytesTimesMedianDecodeRate) {
+    BenchParams p = small();
+    p.depth = 5;
+    auto r = run_bench(engine(), p);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->n_ctx, 9);
+    EXPECT_DOUBLE_EQ(r->kv.mean_positions, 7.5);  // positions 5..8 attend 6..9
+    const double bytes = static_cast<double>(r->model.decode_weight_bytes) + r->kv.bytes_per_token;
+    EXPECT_NEAR(r->gbps, bytes * r->decode.median / 1e9, 1e-9 * r->gbps);
+}
+
+TEST(Bench, RateStatsMedianMinMax) {
+    RateStats s = rate_stats({2.0, 1.0, 4.0}, 8);  // 4, 8, 2 tok/s
+    EXPECT_DOUBLE_EQ(s.median, 4);
+    EXPECT_DOUBLE_EQ(s.min, 2);
+    EXPECT_DOUBLE_EQ(s.max, 8);
+    s = rate_stats({1.0, 2.0}, 4);  // 4, 2: the mean of the middle two
+    EXPECT_DOUBLE_EQ(s.median, 3);
+}
+
+TEST(Bench, JsonHasTheKeys) {
+    auto r = run_bench(engine(), small());
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    const std::string text = bench_json(*r);
+    EXPECT_EQ(text.find('\n'), std::string::npos);
+    const auto j = nlohmann::json::parse(text);
+    for (const char* key :
+         {"prefill_tok_s", "decode_tok_s", "weight_bytes_per_token", "kv_bytes_per_token", "gbps", "n_prompt",
+          "n_gen", "depth", "reps", "threads", "model", "prefill_s", "decode_s"})
+        EXPECT_TRUE(j.contains(key)) << key;
+    EXPECT_EQ(j["n_prompt"], 8);
+    EXPECT_EQ(j["n_gen"], 4);
+    EXPECT_EQ(j["reps"], 2);
+    EXPECT_EQ(j["model"], kModel);
+    EXPECT_EQ(j["weight_bytes_per_token"], r->model.decode_weight_bytes);
+    EXPECT_EQ(j["prefill_s"].size(), 2u);
+    EXPECT_EQ(j["decode_s"].size(), 2u);
+    EXPECT_GT(j["decode_tok_s"].get<double>(), 0);
+
+    const std::string table = bench_table(*r);
+    for (const char* col : {"pp8 tok/s", "tg4 tok/s", "bytes/token", "GB/s", "f32"})
+        EXPECT_NE(table.find(col), std::string::npos) << col << "\n" << table;
+}
+
+void expect_error(BenchParams p, const std::string& needle) {
+    auto r = run_bench(engine(), p);
+    ASSERT_FALSE(r.ok()) << needle;
+    EXPECT_NE(r.error().message.find(needle), std::string::npos) << r.error().message;
+}
+
+TEST(Bench, BadArgumentsAreErrors) {
+    BenchParams p = small();
+    p.n_prompt = 0;
+    expect_error(p, "-p");
+    p = small();
+    p.n_gen = -1;
+    expect_error(p, "-n");
+    p = small();
+    p.reps = 0;
+    expect_error(p, "-r");
+    p = small();
+    p.depth = -2;
+    expect_error(p, "-d");
+    p = small();
+    p.n_threads = -1;
+    expect_error(p, "-t");
+    p = small();
+    p.n_threads = 1 << 20;
+    expect_error(p, "-t");
+    p = small();
+    p.n_prompt = 257;  // the model's context is 256
+    expect_error(p, "pass -p 256 or less");
+    p = small();
+    p.depth = 250;
+    p.n_gen = 7;
+    expect_error(p, "add up to 256 or less");
+    p = small();
+    p.n_prompt = 256;
+    p.depth = 252;
+    p.n_gen = 4;  // both fit: prefill and decode are separate runs from an empty cache
+    p.reps = 1;
+    EXPECT_TRUE(run_bench(engine(), p).ok());
+}
+
+int run_cli(const std::string& args, std::string* out) {
+    std::FILE* f = ::popen((std::string("'") + PELICAN_BINARY + "' bench " + args + " 2>&1").c_str(), "r");
+    if (!f) return -1;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
+    const int st = ::pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(Bench, Cli) {
+    std::string out;
+    ASSERT_EQ(run_cli("-m '" + kModel + "' -p 8 -n 4 -r 1 -t 1 --json", &out), 0) << out;
+    const auto j = nlohmann::json::parse(out);
+    EXPECT_EQ(j["threads"], 1);
+    EXPECT_GT(j["decode_tok_s"].get<double>(), 0);
+    out.clear();
+    EXPECT_EQ(run_cli("-m /nonexistent/model.gguf", &out), 1);
+    EXPECT_NE(out.find("not found"), std::string::npos) << out;
+    out.clear();
+    EXPECT_EQ(run_cli("-m '" + kModel + "' -n 0", &out), 1);
+    EXPECT_NE(out.find("-n (decoded tokens) must be positive"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace pelican
