@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/safetensors.h"
+#include "model_test_util.h"
 #include "pelican/engine.h"
 
 namespace pelican {
@@ -71,6 +72,46 @@ TEST(Bench, WeightBytesEqualTheCheckpointsTensors) {
     EXPECT_EQ(b.total_bytes, static_cast<int64_t>(total));
     EXPECT_EQ(b.n_params, static_cast<int64_t>(params));
     EXPECT_EQ(b.types, "f32");
+}
+
+TEST(Bench, BytesOfAQuantizedTiedModelWithBiasesNormsAndWindow) {
+    // GGUF q8_0 matrices, fp32 vectors, tied output, qkv biases, q/k norms, sliding window 4, no tokenizer.
+    test::TempDir dir("bench");
+    test::TinySpec s;
+    s.model_type = "qwen3";
+    s.tied = s.qkv_bias = s.qk_norm = true;
+    s.window = 4;
+    const test::HfWeightsMap w = test::make_weights(s);
+    const std::string path = dir.str("tiny.gguf");
+    test::write_gguf_model(path, s, w, DType::Q8_0);
+    auto e = Engine::load(path, {.load_tokenizer = false});
+    ASSERT_TRUE(e.ok()) << e.error().message;
+
+    int64_t read = 0, total = 0, params = 0;
+    for (const auto& [name, t] : w) {
+        const auto n = static_cast<int64_t>(t.data.size());
+        const int64_t bytes =
+            t.shape.size() == 2 ? static_cast<int64_t>(*dtype_row_bytes(DType::Q8_0, t.data.size())) : n * 4;
+        total += bytes;
+        params += n;
+        read += bytes;  // the tied embedding is the LM head, read whole ...
+        if (name == "model.embed_tokens.weight")
+            read += static_cast<int64_t>(*dtype_row_bytes(DType::Q8_0, t.shape[1]));  // ... and one row
+    }
+    const ModelBytes b = model_bytes((*e)->model());
+    EXPECT_EQ(b.decode_weight_bytes, read);
+    EXPECT_EQ(b.total_bytes, total);
+    EXPECT_EQ(b.n_params, params);
+    EXPECT_EQ(b.types, "q8_0");
+
+    // Window 4: steps at positions 0..5 attend 1, 2, 3, 4, 4, 4 positions.
+    const KvBytes kv = decode_kv_bytes((*e)->model(), 0, 6);
+    EXPECT_DOUBLE_EQ(kv.mean_positions, 3.0);
+    EXPECT_DOUBLE_EQ(kv.bytes_per_token, 2.0 * s.n_layer * s.kv_dim() * 4 * 3.0);
+
+    auto r = run_bench(**e, small());  // every id is fair game without a tokenizer
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_GT(r->decode.median, 0);
 }
 
 TEST(Bench, KvBytesAtTheMeanDecodeDepth) {
