@@ -1,0 +1,270 @@
+// Golden tests of reduced-precision weights: every fixture under tests/golden/ goes through
+// `pelican convert` to bf16, f16, q8_0 and q4_0, and its logits at every position of both
+// reference sequences are compared with transformers' (float64) logits:
+//   rho  = ||got - ref||_2 / ||ref||_2 over all positions  <= rho_bound (derived below)
+//   mean KL(softmax(ref) || softmax(got))                   <= kld_bound (derived below)
+//   same argmax wherever the reference's top-2 gap is not a near-tie at the bound's noise level.
+// The figures are printed ("golden llama q8_0: ..."). See "Error model" below for the bounds.
+// Also: `pelican run` (the real binary) streams transformers' greedy continuation byte for byte.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <numbers>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "convert/convert.h"
+#include "formats/gguf.h"
+#include "golden_test_util.h"
+#include "model_test_util.h"
+#include "ops/act_quant.h"
+#include "pelican/engine.h"
+#include "tokenizer/tokenizer.h"
+
+extern char** environ;  // POSIX: the process environment, passed on to the spawned binary
+
+namespace pelican {
+namespace {
+
+// ---- Error model -------------------------------------------------------------------------------
+// Rounding a matrix W to a type leaves dW with ||dW||_F = eps_w * ||W||_F; for activations x that
+// do not depend on the rounding, ||dW x|| / ||W x|| ~ eps_w as well. The fixtures' matrices are
+// N(0, 0.1^2) (initializer_range 0.1; norms and biases stay f32), so eps_w follows from the type:
+//  - float with p significant bits: the error of x = m * 2^e (m in [1, 2)) is uniform within
+//    +-ulp/2, ulp = 2^(e+1-p), so its rms relative to x is 2^(1-p) / sqrt(12) * sqrt(E[1/m^2]);
+//    m is log-uniform for Gaussian values, E[1/m^2] = 3 / (8 ln 2) = 0.541, giving
+//    eps_w = 0.4246 * 2^-p (the worst case per element is 2^-p): bf16 p = 8, f16 p = 11.
+//  - 32-blocks with scale d = amax / q_max (q8_0: 127; q4_0: 8, codes -8..7): the error is uniform
+//    within +-d/2, so eps_w = kappa / (q_max * sqrt(12)) with kappa = rms(amax) / rms(x) of a
+//    block of 32 Gaussians = 2.39 (Monte Carlo, 10^5 blocks): q8_0 5.4e-3, q4_0 8.6e-2.
+// The CPU integer kernels also round the activations of a block-quantized matmul to 8 bits per
+// 32-block (ops/act_quant.h): eps_a = kappa_a / (127 * sqrt(12)); activations are not Gaussian,
+// so take the hard limit kappa_a <= sqrt(32) (amax^2 <= sum of the block's squares): 1.29e-2.
+// Float weights keep fp32 activations (eps_a = 0).
+//
+// Each quantized matrix is an independent error source: the token embedding (a lookup: eps_w),
+// every projection of every layer and the output head (eps_w and eps_a; a tied embedding counts
+// twice), each with the type the converted file actually holds (q4_0 keeps the output head in
+// q8_0: its Q6_K choice falls back for 64-element rows). The sources add in quadrature:
+// rho_model = sqrt(sum eps^2). An error enters the residual stream at its block's relative size
+// and RMSNorm rescales it, so it reaches the logits with a gain of order one. Measured
+// rho / rho_model over the llama-family fixtures: bf16/f16 0.89-1.09, q4_0 0.82-1.14, q8_0
+// 0.50-0.61 (eps_a's hard limit overestimates); granite 0.18-0.36 (its 0.22 residual multiplier
+// damps the blocks). Bound: rho_bound = 2 * rho_model, a factor 2 on the gain.
+//
+// KL divergence: for a logit perturbation D, KL(p || softmax(z + D)) = Var_p(D) / 2 + O(D^3);
+// the random-init models' distributions are nearly flat (logit std ~0.8, granite ~0.1 after its
+// logit scaling), so Var_p(D) ~ mean_i D_i^2 and the mean over positions is rho^2 * S / 2 with
+// S = mean over positions of ||ref||^2 / V (this holds within 3% on every fixture and type).
+// Bound: kld_bound = rho_bound^2 * S / 2 (the factor 2 on rho makes it 4x the model).
+//
+// Near-ties: D_i ~ N(0, sigma^2) per logit with sigma = rho_bound * ||ref_row|| / sqrt(V); the
+// argmax can only flip where the reference's top-2 gap is within a few sigma of the difference
+// of two such errors, so rows with gap <= 6 * sqrt(2) * sigma are excluded (a 6-sigma flip has
+// probability ~1e-9 per row) and counted. For q8_0/q4_0 that band covers nearly every row, so
+// their top-1 agreement is mostly printed, not checked.
+constexpr double kGaussianBlockCrest = 2.39;  // rms(amax) / rms(x), 32 N(0,1) values
+constexpr double kGain = 2;                   // safety factor on the propagation gain
+constexpr double kTieSigmas = 6;
+
+// Relative rms error of rounding N(0, s^2) weights to `t`, or nullopt when no model is derived.
+std::optional<double> weight_eps(DType t) {
+    const double sqrt12 = std::sqrt(12.0), m_factor = 2 / sqrt12 * std::sqrt(3 / (8 * std::numbers::ln2));
+    switch (t) {
+        case DType::F32:
+            return m_factor * std::ldexp(1.0, -24);
+        case DType::F16:
+            return m_factor * std::ldexp(1.0, -11);
+        case DType::BF16:
+            return m_factor * std::ldexp(1.0, -8);
+        case DType::Q8_0:
+            return kGaussianBlockCrest / (127 * sqrt12);
+        case DType::Q4_0:
+            return kGaussianBlockCrest / (8 * sqrt12);
+        default:
+            return std::nullopt;
+    }
+}
+
+// Relative rms error of the 8-bit activations an integer kernel uses with weights of type t.
+double act_eps(DType t) {
+    const int block = act_quant_block(t);
+    return block > 0 ? std::sqrt(static_cast<double>(block)) / (127 * std::sqrt(12.0)) : 0.0;
+}
+
+// rho_model = sqrt(sum of eps^2 over the error sources) of a converted GGUF (see the model above).
+Expected<double> model_rel_error(const std::string& gguf) {
+    PELICAN_ASSIGN(auto f, GgufFile::open(gguf));
+    const bool tied = f.find_tensor("output.weight") == nullptr;
+    double sum = 0;
+    for (const GgufTensorInfo& t : f.tensors()) {
+        if (t.dims.size() < 2 && t.type == DType::F32) continue;  // norms, biases: exact
+        const auto ew = weight_eps(t.type);
+        if (!ew) return make_error("{}: no error model for type {}", t.name, dtype_name(t.type));
+        const double matmul = *ew * *ew + act_eps(t.type) * act_eps(t.type);
+        if (t.name == "token_embd.weight")
+            sum += *ew * *ew + (tied ? matmul : 0.0);
+        else
+            sum += matmul;
+    }
+    return std::sqrt(sum);
+}
+
+// ---- Test ----------------------------------------------------------------------------------------
+
+class QuantGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(QuantGolden, LogitsWithinDerivedBounds) {
+    const auto& [fixture, type_name] = GetParam();
+    const auto dir = golden::kGoldenDir / fixture;
+    auto ref = golden::load_reference(dir);
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    auto type = parse_convert_type(type_name);
+    ASSERT_TRUE(type.ok()) << type.error().message;
+
+    test::TempDir tmp("qgolden_" + fixture + "_" + type_name);
+    const std::string gguf = tmp.str("m.gguf");
+    ConvertOptions opt;
+    opt.type = *type;
+    opt.emit.progress = false;
+    auto cv = convert_model(dir.string(), gguf, opt);
+    ASSERT_TRUE(cv.ok()) << cv.error().message;
+    auto rho_model = model_rel_error(gguf);
+    ASSERT_TRUE(rho_model.ok()) << rho_model.error().message;
+    auto engine = Engine::load(gguf);
+    ASSERT_TRUE(engine.ok()) << engine.error().message;
+    auto rows = golden::compare_all(**engine, *ref);
+    ASSERT_TRUE(rows.ok()) << rows.error().message;
+
+    const double V = (*engine)->n_vocab(), n = static_cast<double>(rows->size());
+    const double rho_bound = kGain * *rho_model;
+    double d2 = 0, r2 = 0, max_row = 0, kld = 0;
+    int top1 = 0, ties = 0;
+    for (const golden::RowCompare& r : *rows) {
+        d2 += r.rel * r.rel * r.ref_norm * r.ref_norm;
+        r2 += r.ref_norm * r.ref_norm;
+        max_row = std::max(max_row, r.rel);
+        kld += r.kld;
+        top1 += r.same_top1;
+        const double sigma = rho_bound * r.ref_norm / std::sqrt(V);
+        if (r.ref_gap <= kTieSigmas * std::sqrt(2.0) * sigma)
+            ++ties;
+        else
+            EXPECT_TRUE(r.same_top1) << "argmax differs at a position with top-2 gap " << r.ref_gap;
+    }
+    const double rho = std::sqrt(d2 / r2), mean_kld = kld / n;
+    const double kld_bound = rho_bound * rho_bound * (r2 / n / V) / 2;
+    fmt::print(
+        "golden {} {}: rel {:.2e} (bound {:.2e}, model {:.2e}, worst position {:.2e}), kld {:.3g} "
+        "(bound {:.3g}), top-1 {}/{} ({} near-ties excluded from the argmax check)\n",
+        fixture, type_name, rho, rho_bound, *rho_model, max_row, mean_kld, kld_bound, top1, rows->size(),
+        ties);
+    fmt::print("golden kld {} {}: {:.3e}\n", fixture, type_name, mean_kld);
+    EXPECT_LE(rho, rho_bound);
+    EXPECT_LE(mean_kld, kld_bound);
+    RecordProperty("rel", fmt::format("{:.3e}", rho));
+    RecordProperty("kld", fmt::format("{:.3e}", mean_kld));
+    RecordProperty("top1", fmt::format("{}/{}", top1, rows->size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Model, QuantGolden,
+                         ::testing::Combine(::testing::ValuesIn(golden::fixture_names()),
+                                            ::testing::Values("bf16", "f16", "q8_0", "q4_0")),
+                         [](const auto& info) {
+                             return golden::param_name(std::get<0>(info.param) + "_" +
+                                                       std::get<1>(info.param));
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(QuantGolden);
+
+// ---- `pelican run` end to end ---------------------------------------------------------------------
+
+// Runs the pelican binary with `args` (no shell: the prompt's newline and spaces pass unchanged);
+// returns the exit status and the bytes written to stdout and stderr.
+struct CliResult {
+    int status = -1;
+    std::string out, err;
+};
+
+CliResult run_pelican(const std::vector<std::string>& args, const test::TempDir& dir) {
+    const std::string out_path = dir.str("stdout.bin"), err_path = dir.str("stderr.txt");
+    std::vector<char*> argv;
+    std::string bin = PELICAN_BINARY;
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CliResult r;
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        r.err = fmt::format("posix_spawn {}: error {}", bin, rc);
+        return r;
+    }
+    int ws = 0;
+    if (::waitpid(pid, &ws, 0) == pid && WIFEXITED(ws)) r.status = WEXITSTATUS(ws);
+    auto slurp = [](const std::string& path) {
+        std::ifstream in(path, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    };
+    r.out = slurp(out_path);
+    r.err = slurp(err_path);
+    return r;
+}
+
+class RunGolden : public ::testing::TestWithParam<std::string> {};
+
+// `pelican run` on the HF fixture folder streams transformers' greedy continuation. transformers'
+// greedy_text is the byte-level decode of the 32 tokens with invalid UTF-8 replaced (each maximal
+// ill-formed subpart -> U+FFFD, Rust's from_utf8_lossy); pelican streams the raw bytes (it only
+// holds back an unfinished character until it completes or generation ends). So stdout must be
+// exactly the raw bytes of the reference tokens, and replacing its invalid UTF-8 the same way must
+// give greedy_text byte for byte.
+TEST_P(RunGolden, CliStreamsTransformersGreedyText) {
+    const auto dir = golden::kGoldenDir / GetParam();
+    auto ref = golden::load_reference(dir);
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    const std::string prompt = ref->info["greedy_prompt_text"].get<std::string>();
+    const std::string want_text = ref->info["greedy_text"].get<std::string>();
+    const int n = static_cast<int>(ref->greedy_tokens.size());
+
+    // The prompt as `pelican run` tokenizes it (add_special and parse_special on; the fixture's
+    // tokenizer adds no BOS), and the raw bytes of the reference continuation.
+    auto engine = Engine::load(dir.string());
+    ASSERT_TRUE(engine.ok()) << engine.error().message;
+    auto ids = (*engine)->tokenize(prompt, /*add_special=*/true, /*parse_special=*/true);
+    ASSERT_TRUE(ids.ok()) << ids.error().message;
+    EXPECT_EQ(*ids, ref->greedy_prompt);
+    const std::string want_bytes = (*engine)->tokenizer()->decode(ref->greedy_tokens);
+    ASSERT_EQ(golden::utf8_lossy(want_bytes), want_text) << "fixture tokenizer decodes differently";
+
+    test::TempDir tmp("run_golden_" + GetParam());
+    const auto r = run_pelican({"run", "-m", dir.string(), "-p", prompt, "-n", std::to_string(n), "--temp",
+                                "0", "--ignore-eos", "-t", "2"},
+                               tmp);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, want_bytes) << "stdout: " << ::testing::PrintToString(r.out);
+    EXPECT_EQ(golden::utf8_lossy(r.out), want_text);
+    // stderr's summary: the whole prompt was evaluated and n tokens generated.
+    EXPECT_NE(r.err.find(fmt::format("prompt {} tokens", ref->greedy_prompt.size())), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find(fmt::format("decode {} tokens", n)), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Model, RunGolden, ::testing::ValuesIn(golden::fixture_names()),
+                         [](const auto& info) { return golden::param_name(info.param); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RunGolden);
+
+}  // namespace
+}  // namespace pelican
