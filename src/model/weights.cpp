@@ -51,7 +51,7 @@ public:
         if (!cpu::matmul_supported(t.dtype))
             return make_error("{}: tensor {} has type {}, which the CPU matmul does not support", src_.path(),
                               src_.file_name_of(t.name), dtype_name(t.dtype));
-        auto w = cpu::Weight::prepare(t, opt_.allow_repack);
+        auto w = cpu::Weight::prepare(t, opt_.allow_repack, /*own_copy=*/opt_.allow_repack);
         if (!w) return make_error("{}: {}", src_.path(), w.error().message);
         return std::move(w).value();
     }
