@@ -1,5 +1,7 @@
 #include "formats/gguf_info.h"
 
+#include "core/format_bytes.h"
+
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -8,14 +10,6 @@ namespace pelican {
 namespace {
 
 using json = nlohmann::json;
-
-std::string human_bytes(uint64_t b) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(b);
-    int u = 0;
-    while (v >= 1024 && u < 4) v /= 1024, ++u;
-    return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", v, units[u]);
-}
 
 // Scalar metadata as JSON; null for arrays (callers skip those).
 json scalar_json(const GgufValue& v) {

@@ -1,5 +1,7 @@
 #include "formats/hf_info.h"
 
+#include "core/format_bytes.h"
+
 #include <filesystem>
 #include <map>
 
@@ -64,14 +66,6 @@ json config_json(const HfConfig& c) {
     if (c.mtp_num_hidden_layers) j["mtp_num_hidden_layers"] = c.mtp_num_hidden_layers;
     if (!c.quant_method.empty()) j["quant_method"] = c.quant_method;
     return j;
-}
-
-std::string human_bytes(uint64_t b) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(b);
-    int u = 0;
-    while (v >= 1024 && u < 4) v /= 1024, ++u;
-    return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", v, units[u]);
 }
 
 std::string to_text(const json& j) {
