@@ -1,10 +1,11 @@
-// pelican run -m MODEL (-p PROMPT | -f FILE) [--chat] [-n N] [-c N_CTX] [-t THREADS] [--temp T]
+// pelican run [-m MODEL] (-p PROMPT | -f FILE) [--chat] [-n N] [-c N_CTX] [-t THREADS] [--temp T]
 //             [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--stop TEXT]...
 // Streams the generated text to stdout (flushed per token) and ends with one line on stderr giving
 // prompt and decode speeds. --chat renders the prompt as one user message with the model's chat
-// template.
+// template. Without -m it runs the bundled default, models/pelican-tiny.gguf (see default_model()).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -41,9 +42,30 @@ struct RunArgs {
 
 double rate(int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; }
 
-int run(const RunArgs& a) {
-    if (a.model.empty())
-        return report_error("run: give a model with -m MODEL (a GGUF file or a Hugging Face model folder)");
+// The bundled default model: models/pelican-tiny.gguf under the current directory, else under the
+// source tree the executable was built in (../../models from build/bin). Empty if neither exists.
+constexpr const char* kDefaultModel = "models/pelican-tiny.gguf";
+
+std::string default_model() {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_regular_file(kDefaultModel, ec)) return kDefaultModel;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (ec) return {};
+    const fs::path p = (exe.parent_path() / ".." / ".." / kDefaultModel).lexically_normal();
+    return fs::is_regular_file(p, ec) ? p.string() : std::string();
+}
+
+int run(RunArgs a) {
+    if (a.model.empty()) {
+        a.model = default_model();
+        if (a.model.empty())
+            return report_error(fmt::format(
+                "run: no -m MODEL given and the bundled default {} was found neither under the current "
+                "directory nor two levels above the pelican executable; give a model with -m MODEL (a GGUF "
+                "file or a Hugging Face model folder)",
+                kDefaultModel));
+    }
     if (a.prompt.empty() == a.file.empty())
         return report_error("run: give exactly one of -p PROMPT or -f FILE");
     std::string prompt = a.prompt;
@@ -115,7 +137,8 @@ int run(const RunArgs& a) {
 void setup(CLI::App& app) {
     auto a = std::make_shared<RunArgs>();
     auto* sub = app.add_subcommand("run", "Generate text from a prompt, streaming it to stdout");
-    sub->add_option("-m,--model", a->model, "GGUF file or Hugging Face model folder");
+    sub->add_option("-m,--model", a->model,
+                    "GGUF file or Hugging Face model folder (default: the bundled models/pelican-tiny.gguf)");
     sub->add_option("-p,--prompt", a->prompt, "Prompt text");
     sub->add_option("-f,--file", a->file, "Read the prompt from a file ('-' for stdin)");
     sub->add_flag("--chat", a->chat, "Render the prompt as a user message with the model's chat template");

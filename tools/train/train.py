@@ -540,7 +540,7 @@ def main():
     ap.add_argument("--tiny-steps", type=int)
     ap.add_argument("--tiny-seconds", type=float, default=160)
     ap.add_argument("--moe-steps", type=int)
-    ap.add_argument("--moe-seconds", type=float, default=130)
+    ap.add_argument("--moe-seconds", type=float, default=180)
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
