@@ -49,9 +49,11 @@ void Forward::layer(int il, int64_t n, int64_t pos0, ThreadPool& pool) {
     // K and V rows go straight into the cache at positions pos0 .. pos0 + n - 1.
     float* k = kv_.k(il) + pos0 * kvd;  // [n, n_head_kv, head_dim]
     float* v = kv_.v(il) + pos0 * kvd;
-    cpu::matmul(L.wq, xn_, n, q_, mm, pool);
-    cpu::matmul(L.wk, xn_, n, k, mm, pool);
-    cpu::matmul(L.wv, xn_, n, v, mm, pool);
+    {  // one pass: the activations are quantized once, one thread barrier instead of three
+        const cpu::Weight* ws[3] = {&L.wq, &L.wk, &L.wv};
+        float* ys[3] = {q_, k, v};
+        cpu::matmul_multi(ws, xn_, n, ys, mm, pool);
+    }
     if (L.bq) cpu::add_bias(q_, L.bq, n, qd);
     if (L.bk) cpu::add_bias(k, L.bk, n, kvd);
     if (L.bv) cpu::add_bias(v, L.bv, n, kvd);
@@ -89,8 +91,11 @@ void Forward::layer(int il, int64_t n, int64_t pos0, ThreadPool& pool) {
     // ---- SwiGLU MLP ----
     cpu::rms_norm(x_, L.ffn_norm, xn_, n, e, hp_.rms_eps, NormWeight::kPlain, &pool);
     tap("ffn_norm", il, pos0, n, e, xn_);
-    cpu::matmul(L.w_gate, xn_, n, gate_, mm, pool);
-    cpu::matmul(L.w_up, xn_, n, up_, mm, pool);
+    {
+        const cpu::Weight* ws[2] = {&L.w_gate, &L.w_up};
+        float* ys[2] = {gate_, up_};
+        cpu::matmul_multi(ws, xn_, n, ys, mm, pool);
+    }
     if (L.b_gate) cpu::add_bias(gate_, L.b_gate, n, ff);
     if (L.b_up) cpu::add_bias(up_, L.b_up, n, ff);
     over_rows(pool, n, ff, [&](int64_t r0, int64_t nr) {

