@@ -184,7 +184,14 @@ INSTANTIATE_TEST_SUITE_P(Model, Golden, ::testing::ValuesIn(fixtures()), [](cons
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
     return n;
 });
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Golden);
+
+// The parameterised tests above silently vanish when fixtures are missing; this one fails instead.
+TEST(GoldenFixtures, AllPresent) {
+    const std::vector<std::string> expected = {
+        "granite", "llama", "llama-rope-llama3", "llama-rope-yarn", "mistral", "qwen2", "qwen3"};
+    EXPECT_EQ(fixtures(), expected)
+        << "tests/golden/ is incomplete: regenerate with tools/golden/make_golden.py";
+}
 
 }  // namespace
 }  // namespace pelican
