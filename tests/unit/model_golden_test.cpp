@@ -77,6 +77,9 @@ void check_logits(Engine& engine, const SafetensorsFile& ref, const std::string&
         const double d = row_rel_diff(got, want, V);
         EXPECT_LT(d, 1e-4) << what << " tokens_" << seq << " (" << toks.size() << " positions)";
         ::testing::Test::RecordProperty(what + "_" + seq, fmt::format("{:.2e}", d));
+        const char* fixture = ::testing::UnitTest::GetInstance()->current_test_info()->value_param();
+        fmt::print("golden {} {} tokens_{}: max relative logit error {:.2e}\n", fixture ? fixture : "?", what,
+                   seq, d);
     }
 }
 
