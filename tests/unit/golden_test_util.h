@@ -178,4 +178,37 @@ inline std::string utf8_lossy(std::string_view s) {
     return out;
 }
 
+// Summary of quantized-vs-reference logits over all positions (see model_quant_golden_test.cpp for the
+// derivation of rho_bound): relative L2 error over all positions, mean KLD and its bound
+// (KLD ~ Var(dlogit)/2), top-1 agreement, and the argmax check outside the near-tie band
+// (top-2 gap <= tie_sigmas * sqrt(2) * sigma, sigma = rho_bound * |ref row| / sqrt(V)).
+struct QuantSummary {
+    double rho = 0, max_row = 0, mean_kld = 0, kld_bound = 0;
+    int top1 = 0, ties = 0;
+    int argmax_mismatches = 0;  // outside the near-tie band: must be 0
+};
+
+inline QuantSummary summarize_quant(const std::vector<RowCompare>& rows, double V, double rho_bound,
+                                    double tie_sigmas) {
+    QuantSummary s;
+    double d2 = 0, r2 = 0, kld = 0;
+    for (const RowCompare& r : rows) {
+        d2 += r.rel * r.rel * r.ref_norm * r.ref_norm;
+        r2 += r.ref_norm * r.ref_norm;
+        s.max_row = std::max(s.max_row, r.rel);
+        kld += r.kld;
+        s.top1 += r.same_top1;
+        const double sigma = rho_bound * r.ref_norm / std::sqrt(V);
+        if (r.ref_gap <= tie_sigmas * std::sqrt(2.0) * sigma)
+            ++s.ties;
+        else if (!r.same_top1)
+            ++s.argmax_mismatches;
+    }
+    const double n = static_cast<double>(rows.size());
+    s.rho = std::sqrt(d2 / r2);
+    s.mean_kld = kld / n;
+    s.kld_bound = rho_bound * rho_bound * (r2 / n / V) / 2;
+    return s;
+}
+
 }  // namespace pelican::golden

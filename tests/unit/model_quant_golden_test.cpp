@@ -143,24 +143,13 @@ TEST_P(QuantGolden, LogitsWithinDerivedBounds) {
     auto rows = golden::compare_all(**engine, *ref);
     ASSERT_TRUE(rows.ok()) << rows.error().message;
 
-    const double V = (*engine)->n_vocab(), n = static_cast<double>(rows->size());
     const double rho_bound = kGain * *rho_model;
-    double d2 = 0, r2 = 0, max_row = 0, kld = 0;
-    int top1 = 0, ties = 0;
-    for (const golden::RowCompare& r : *rows) {
-        d2 += r.rel * r.rel * r.ref_norm * r.ref_norm;
-        r2 += r.ref_norm * r.ref_norm;
-        max_row = std::max(max_row, r.rel);
-        kld += r.kld;
-        top1 += r.same_top1;
-        const double sigma = rho_bound * r.ref_norm / std::sqrt(V);
-        if (r.ref_gap <= kTieSigmas * std::sqrt(2.0) * sigma)
-            ++ties;
-        else
-            EXPECT_TRUE(r.same_top1) << "argmax differs at a position with top-2 gap " << r.ref_gap;
-    }
-    const double rho = std::sqrt(d2 / r2), mean_kld = kld / n;
-    const double kld_bound = rho_bound * rho_bound * (r2 / n / V) / 2;
+    const golden::QuantSummary q =
+        golden::summarize_quant(*rows, (*engine)->n_vocab(), rho_bound, kTieSigmas);
+    EXPECT_EQ(q.argmax_mismatches, 0)
+        << "argmax differs at positions whose top-2 gap is outside the near-tie band";
+    const double rho = q.rho, max_row = q.max_row, mean_kld = q.mean_kld, kld_bound = q.kld_bound;
+    const int top1 = q.top1, ties = q.ties;
     fmt::print(
         "golden {} {}: rel {:.2e} (bound {:.2e}, model {:.2e}, worst position {:.2e}), kld {:.3g} "
         "(bound {:.3g}), top-1 {}/{} ({} near-ties excluded from the argmax check)\n",
