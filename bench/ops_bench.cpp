@@ -17,12 +17,12 @@
 #include <cstring>
 #include <ctime>
 
-#include <sys/mman.h>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/mem_bandwidth.h"
 #include "core/buffer.h"
 #include "core/dequantize.h"
 #include "core/float_convert.h"
@@ -57,30 +57,6 @@ std::vector<std::string> split(const std::string& s) {
         p = q + 1;
     }
     return out;
-}
-
-// Read bandwidth: each thread sums its share of a buffer as uint64 (4 accumulators).
-double read_bandwidth(const Buffer& buf, ThreadPool& pool) {
-    const size_t n = buf.size() / 8;
-    const auto* p = static_cast<const uint64_t*>(buf.data());
-    std::vector<uint64_t> sink(static_cast<size_t>(pool.size()) * 8);
-    const int64_t tasks = pool.size();
-    const double t0 = now_s();
-    pool.parallel_for(tasks, [&](int64_t task, int thread) {
-        const size_t b = n * static_cast<size_t>(task) / tasks, e = n * static_cast<size_t>(task + 1) / tasks;
-        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (size_t i = b; i + 4 <= e; i += 4) {
-            s0 += p[i];
-            s1 += p[i + 1];
-            s2 += p[i + 2];
-            s3 += p[i + 3];
-        }
-        sink[static_cast<size_t>(thread) * 8] += s0 + s1 + s2 + s3;
-    });
-    const double dt = now_s() - t0;
-    volatile uint64_t keep = sink[0];
-    (void)keep;
-    return static_cast<double>(buf.size()) / dt / 1e9;
 }
 
 struct MatSet {
@@ -160,24 +136,21 @@ int main(int argc, char** argv) {
     std::printf("isa: %s (detected %s)\n", cpu::isa_name(cpu::active_isa()),
                 cpu::isa_name(cpu::detected_isa()));
 
-    // ---- memory bandwidth ----
-    // The read test's buffer gets huge pages like owned weights (madvise before the first touch).
-    Buffer big = Buffer::allocate(bandwidth ? (size_t{1} << 30) + (size_t{2} << 20) : 0).value();
-    if (bandwidth) {
-        const uintptr_t huge = uintptr_t{2} << 20;
-        const uintptr_t b = (reinterpret_cast<uintptr_t>(big.data()) + huge - 1) & ~(huge - 1);
-        madvise(reinterpret_cast<void*>(b), size_t{1} << 30, MADV_HUGEPAGE);
+    // ---- memory bandwidth (backend/cpu/mem_bandwidth.h) ----
+    if (bandwidth && !threads.empty()) {
+        ThreadPool fill(*std::max_element(threads.begin(), threads.end()));
+        auto big = cpu::ReadProbeBuffer::allocate(cpu::kReadProbeBytes, fill);
+        if (!big) {
+            std::fprintf(stderr, "%s\n", big.error().message.c_str());
+            return 1;
+        }
+        for (int th : threads) {
+            ThreadPool pool(th);
+            const cpu::ReadBandwidth bw = cpu::measure_read_bandwidth(big->bytes, pool, reps);
+            std::printf("read bandwidth, %d thread(s): median %.1f GB/s (max %.1f)\n", th, bw.median_gbps,
+                        bw.max_gbps);
+        }
     }
-    std::memset(big.data(), 1, big.size());
-    for (int th : bandwidth ? threads : std::vector<int>{}) {
-        ThreadPool pool(th);
-        read_bandwidth(big, pool);
-        std::vector<double> v;
-        for (int r = 0; r < reps; ++r) v.push_back(read_bandwidth(big, pool));
-        std::printf("read bandwidth, %d thread(s): median %.1f GB/s (max %.1f)\n", th, median(v),
-                    *std::max_element(v.begin(), v.end()));
-    }
-    big = Buffer();
 
     // ---- matmul ----
     std::mt19937 rng(1234);

@@ -1,7 +1,10 @@
-// pelican bench -m MODEL [-p 512] [-n 128] [-r 3] [-t THREADS] [-d DEPTH] [--json]
+// pelican bench -m MODEL [-p 512] [-n 128] [-r 3] [-t THREADS] [-d DEPTH] [--roofline-gbps X | --no-roofline]
+//   [--json]
 // Prefill (pp) and decode (tg) speed like llama-bench's pp512 / tg128: median tok/s of r timed runs
 // after one warm-up, with the weight and KV-cache bytes each decoded token reads and the GB/s that
-// makes. A markdown table on stdout, or with --json one JSON object (runtime/bench.h).
+// makes, and that as a % of the machine's streaming-read bandwidth (measured once, ~0.5 s, with the
+// same threads, unless given or skipped). A markdown table on stdout, or with --json one JSON object
+// (runtime/bench.h).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -55,6 +58,12 @@ void setup(CLI::App& app) {
     sub->add_option("-b,--batch-size", p.n_batch, "Most prompt tokens per forward step")
         ->capture_default_str();
     sub->add_option("-s,--seed", p.seed, "Seed of the random tokens")->capture_default_str();
+    auto* given = sub->add_option("--roofline-gbps", p.roofline_gbps,
+                                  "Known read bandwidth in GB/s for the % of roofline (skips measuring it)");
+    sub->add_flag(
+           "--no-roofline", [a](int64_t) { a->params.measure_roofline = false; },
+           "Do not measure the read bandwidth (no % of roofline)")
+        ->excludes(given);
     sub->add_flag("--json", a->json, "Print one JSON object instead of the table");
     sub->callback([a] { set_exit_code(run(*a)); });
 }

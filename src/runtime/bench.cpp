@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <random>
 #include <span>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/mem_bandwidth.h"
 #include "model/model.h"
 #include "pelican/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -152,6 +154,8 @@ Status check_bench_params(const BenchParams& p, int64_t n_ctx_train) {
     if (p.n_threads < 0 || p.n_threads > max_threads())
         return make_error("bench: -t {} is not a thread count; pass -t between 1 and {} (or 0 for all cores)",
                           p.n_threads, max_threads());
+    if (p.roofline_gbps && !(*p.roofline_gbps > 0 && std::isfinite(*p.roofline_gbps)))
+        return make_error("bench: --roofline-gbps must be a positive GB/s figure, got {}", *p.roofline_gbps);
     if (n_ctx_train > 0) {
         if (p.n_prompt > n_ctx_train)
             return make_error(
@@ -233,6 +237,21 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
     r.decode = rate_stats(dec, p.n_gen);
     r.gbps =
         (static_cast<double>(r.model.decode_weight_bytes) + r.kv.bytes_per_token) * r.decode.median / 1e9;
+
+    // The roofline, after the timed runs (the session's threads are idle by now), same thread count.
+    if (p.roofline_gbps) {
+        r.roofline_gbps = *p.roofline_gbps;
+        r.roofline_source = "given with --roofline-gbps";
+    } else if (p.measure_roofline) {
+        PELICAN_ASSIGN(cpu::ReadBandwidth bw, cpu::probe_read_bandwidth(r.n_threads));
+        r.roofline_gbps = bw.median_gbps;
+        r.roofline_source = fmt::format("{} read {} times with {} thread(s), median{}",
+                                        human_bytes(static_cast<double>(bw.bytes)), bw.passes, bw.n_threads,
+                                        bw.reduced ? "; 1 GiB could not be allocated" : "");
+    } else {
+        r.roofline_source = "skipped (--no-roofline)";
+    }
+    if (r.roofline_gbps > 0) r.roofline_pct = 100.0 * r.gbps / r.roofline_gbps;
     return r;
 }
 
@@ -241,19 +260,27 @@ std::string bench_table(const BenchResult& r) {
     const std::string tg =
         p.depth > 0 ? fmt::format("tg{} @ d{}", p.n_gen, p.depth) : fmt::format("tg{}", p.n_gen);
     std::string out = fmt::format(
-        "| model | type | size | params | threads | pp{} tok/s | {} tok/s | bytes/token | GB/s |\n"
-        "|---|---|---|---|---|---|---|---|---|\n",
+        "| model | type | size | params | threads | pp{} tok/s | {} tok/s | bytes/token | GB/s | % roofline "
+        "|\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n",
         p.n_prompt, tg);
-    out +=
-        fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} + {} KV | {:.1f} |\n", file_name(r.model_path),
-                    r.model.types, human_bytes(static_cast<double>(r.model.total_bytes)),
-                    human_count(static_cast<double>(r.model.n_params)), r.n_threads, rate_cell(r.prefill),
-                    rate_cell(r.decode), human_bytes(static_cast<double>(r.model.decode_weight_bytes)),
-                    human_bytes(r.kv.bytes_per_token), r.gbps);
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} + {} KV | {:.1f} | {} |\n",
+                       file_name(r.model_path), r.model.types,
+                       human_bytes(static_cast<double>(r.model.total_bytes)),
+                       human_count(static_cast<double>(r.model.n_params)), r.n_threads, rate_cell(r.prefill),
+                       rate_cell(r.decode), human_bytes(static_cast<double>(r.model.decode_weight_bytes)),
+                       human_bytes(r.kv.bytes_per_token), r.gbps,
+                       r.roofline_gbps > 0 ? fmt::format("{:.1f}%", r.roofline_pct) : std::string("-"));
     out += fmt::format(
         "tok/s: median (min-max) of {} runs after one warm-up; decode feeds random tokens without sampling "
         "(as llama-bench tg); KV read at {:.1f} positions per step on average\n",
         r.runs.size(), r.kv.mean_positions);
+    if (r.roofline_gbps > 0)
+        out += fmt::format("decode: {:.1f} GB/s = {:.1f}% of {} read roofline {:.1f} GB/s ({})\n", r.gbps,
+                           r.roofline_pct, r.params.roofline_gbps ? "given" : "measured", r.roofline_gbps,
+                           r.roofline_source);
+    else
+        out += fmt::format("decode: {:.1f} GB/s; read roofline {}\n", r.gbps, r.roofline_source);
     return out;
 }
 
@@ -284,6 +311,9 @@ std::string bench_json(const BenchResult& r) {
     j["kv_bytes_per_token"] = r.kv.bytes_per_token;
     j["kv_mean_positions"] = r.kv.mean_positions;
     j["gbps"] = r.gbps;
+    j["roofline_gbps"] = r.roofline_gbps > 0 ? nlohmann::ordered_json(r.roofline_gbps) : nullptr;
+    j["roofline_pct"] = r.roofline_gbps > 0 ? nlohmann::ordered_json(r.roofline_pct) : nullptr;
+    j["roofline_source"] = r.roofline_source;
     nlohmann::ordered_json pre = nlohmann::ordered_json::array(), dec = nlohmann::ordered_json::array();
     for (const BenchRun& run : r.runs) {
         pre.push_back(run.prefill_s);

@@ -15,9 +15,14 @@
 // Tokens are drawn from a seeded generator among the ids the tokenizer calls normal or byte tokens
 // (no control, user-defined, unused or unknown tokens, no BOS or end-of-generation ids).
 // One untimed warm-up repetition (prefill and decode) precedes the `reps` timed ones.
+// Roofline: after the timed runs, the machine's streaming-read bandwidth is measured once with the
+//   same thread count (backend/cpu/mem_bandwidth.h: 1 GiB on huge pages, less if that cannot be
+//   allocated, ~0.5 s), and decode GB/s is reported as a percentage of it. A known figure can be
+//   given instead (roofline_gbps), or the probe skipped (measure_roofline = false).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,13 +34,15 @@ class Engine;
 class Model;
 
 struct BenchParams {
-    int64_t n_prompt = 512;  // prefill tokens (-p)
-    int64_t n_gen = 128;     // decoded tokens (-n)
-    int64_t depth = 0;       // tokens in the cache before decoding starts (-d)
-    int reps = 3;            // timed repetitions (-r)
-    int n_threads = 0;       // compute threads (-t); 0 = ThreadPool::default_thread_count()
-    int64_t n_batch = 512;   // most prompt tokens per forward step (llama-bench's n_ubatch)
-    uint64_t seed = 1234;    // token generator seed
+    int64_t n_prompt = 512;               // prefill tokens (-p)
+    int64_t n_gen = 128;                  // decoded tokens (-n)
+    int64_t depth = 0;                    // tokens in the cache before decoding starts (-d)
+    int reps = 3;                         // timed repetitions (-r)
+    int n_threads = 0;                    // compute threads (-t); 0 = ThreadPool::default_thread_count()
+    int64_t n_batch = 512;                // most prompt tokens per forward step (llama-bench's n_ubatch)
+    uint64_t seed = 1234;                 // token generator seed
+    bool measure_roofline = true;         // probe the read bandwidth unless given (--no-roofline: false)
+    std::optional<double> roofline_gbps;  // a known read roofline in GB/s (--roofline-gbps)
 };
 
 // Bytes of the weights one decode step reads, from the loaded model's tensors: every layer matrix,
@@ -60,6 +67,7 @@ struct KvBytes {
 KvBytes decode_kv_bytes(const Model& model, int64_t depth, int64_t n_gen);
 
 // Errors with the option to change: non-positive -p/-n/-r, negative -d or -t, too many threads,
+// a --roofline-gbps that is not a positive finite number,
 // a context the model does not have (n_ctx_train; a model that does not say is not limited).
 Status check_bench_params(const BenchParams& p, int64_t n_ctx_train);
 
@@ -84,6 +92,10 @@ struct BenchResult {
     RateStats prefill;
     RateStats decode;
     double gbps = 0;  // (decode weight + KV bytes per token) * median decode tok/s / 1e9
+    // Read roofline: 0 when skipped (--no-roofline); roofline_pct = 100 * gbps / roofline_gbps.
+    double roofline_gbps = 0;
+    double roofline_pct = 0;
+    std::string roofline_source;  // "measured: 1.00 GiB, 2 threads, median of 9 passes", "given", "skipped"
 };
 
 Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p);
@@ -91,9 +103,11 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p);
 // Median, min and max of n / seconds over the runs.
 RateStats rate_stats(const std::vector<double>& seconds, int64_t n);
 
-// A short markdown table (model, types, size, params, threads, pp/tg tok/s, bytes/token, GB/s).
+// A short markdown table (model, types, size, params, threads, pp/tg tok/s, bytes/token, GB/s,
+// % of roofline) and a line "decode: X GB/s = Y% of measured read roofline Z GB/s (how)".
 std::string bench_table(const BenchResult& r);
-// One JSON object (one line): medians, min/max, bytes, GB/s, the parameters and every run's times.
+// One JSON object (one line): medians, min/max, bytes, GB/s, roofline_gbps / roofline_pct (null
+// when skipped), the parameters and every run's times.
 std::string bench_json(const BenchResult& r);
 
 }  // namespace pelican

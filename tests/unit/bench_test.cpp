@@ -6,11 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/mem_bandwidth.h"
 #include "formats/safetensors.h"
 #include "model_test_util.h"
 #include "pelican/engine.h"
@@ -29,7 +32,10 @@ const Engine& engine() {
     return *e;
 }
 
-BenchParams small() { return BenchParams{.n_prompt = 8, .n_gen = 4, .reps = 2, .n_threads = 2}; }
+// No roofline probe (~0.5 s, 1 GiB) in the tests that time the model; the probe has its own test.
+BenchParams small() {
+    return BenchParams{.n_prompt = 8, .n_gen = 4, .reps = 2, .n_threads = 2, .measure_roofline = false};
+}
 
 TEST(Bench, RunsAndReportsPositiveMedians) {
     auto r = run_bench(engine(), small());
@@ -136,6 +142,44 @@ TEST(Bench, GbpsIsBytesTimesMedianDecodeRate) {
     EXPECT_NEAR(r->gbps, bytes * r->decode.median / 1e9, 1e-9 * r->gbps);
 }
 
+TEST(Bench, RooflineGivenIsAPercentageAndSkippedIsNull) {
+    BenchParams p = small();
+    p.roofline_gbps = 10.0;
+    auto r = run_bench(engine(), p);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_DOUBLE_EQ(r->roofline_gbps, 10.0);
+    EXPECT_NEAR(r->roofline_pct, 100.0 * r->gbps / 10.0, 1e-9 * r->roofline_pct);
+    std::string table = bench_table(*r);
+    EXPECT_NE(table.find(fmt::format("decode: {:.1f} GB/s = {:.1f}% of given read roofline 10.0 GB/s",
+                                     r->gbps, r->roofline_pct)),
+              std::string::npos)
+        << table;
+    auto j = nlohmann::json::parse(bench_json(*r));
+    EXPECT_DOUBLE_EQ(j["roofline_gbps"].get<double>(), 10.0);
+    EXPECT_DOUBLE_EQ(j["roofline_pct"].get<double>(), r->roofline_pct);
+
+    r = run_bench(engine(), small());  // skipped
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->roofline_gbps, 0);
+    j = nlohmann::json::parse(bench_json(*r));
+    EXPECT_TRUE(j["roofline_gbps"].is_null());
+    EXPECT_TRUE(j["roofline_pct"].is_null());
+    table = bench_table(*r);
+    EXPECT_NE(table.find("read roofline skipped (--no-roofline)"), std::string::npos) << table;
+}
+
+TEST(Bench, ReadBandwidthProbeOnASmallBuffer) {
+    auto bw = cpu::probe_read_bandwidth(2, size_t{8} << 20, 0.0);
+    ASSERT_TRUE(bw.ok()) << bw.error().message;
+    EXPECT_GT(bw->median_gbps, 0);
+    EXPECT_TRUE(std::isfinite(bw->median_gbps));
+    EXPECT_GE(bw->max_gbps, bw->median_gbps);
+    EXPECT_EQ(bw->n_threads, 2);
+    EXPECT_EQ(bw->bytes, size_t{8} << 20);
+    EXPECT_GE(bw->passes, 5);
+    EXPECT_FALSE(bw->reduced);
+}
+
 TEST(Bench, RateStatsMedianMinMax) {
     RateStats s = rate_stats({2.0, 1.0, 4.0}, 8);  // 4, 8, 2 tok/s
     EXPECT_DOUBLE_EQ(s.median, 4);
@@ -195,6 +239,11 @@ TEST(Bench, BadArgumentsAreErrors) {
     p.n_threads = 1 << 20;
     expect_error(p, "-t");
     p = small();
+    p.roofline_gbps = -1.0;
+    expect_error(p, "--roofline-gbps must be a positive");
+    p.roofline_gbps = std::nan("");
+    expect_error(p, "--roofline-gbps must be a positive");
+    p = small();
     p.n_prompt = 257;  // the model's context is 256
     expect_error(p, "pass -p 256 or less");
     p = small();
@@ -221,10 +270,20 @@ int run_cli(const std::string& args, std::string* out) {
 
 TEST(Bench, Cli) {
     std::string out;
-    ASSERT_EQ(run_cli("-m '" + kModel + "' -p 8 -n 4 -r 1 -t 1 --json", &out), 0) << out;
+    ASSERT_EQ(run_cli("-m '" + kModel + "' -p 8 -n 4 -r 1 -t 1 --no-roofline --json", &out), 0) << out;
     const auto j = nlohmann::json::parse(out);
     EXPECT_EQ(j["threads"], 1);
     EXPECT_GT(j["decode_tok_s"].get<double>(), 0);
+    EXPECT_TRUE(j["roofline_pct"].is_null());
+    out.clear();
+    ASSERT_EQ(run_cli("-m '" + kModel + "' -p 8 -n 4 -r 1 -t 1 --roofline-gbps 50", &out), 0) << out;
+    EXPECT_NE(out.find("% roofline |"), std::string::npos) << out;
+    EXPECT_NE(out.find("of given read roofline 50.0 GB/s"), std::string::npos) << out;
+    out.clear();
+    EXPECT_NE(run_cli("-m '" + kModel + "' --roofline-gbps 50 --no-roofline", &out), 0) << out;
+    out.clear();
+    EXPECT_EQ(run_cli("-m '" + kModel + "' --roofline-gbps 0", &out), 1) << out;
+    EXPECT_NE(out.find("--roofline-gbps must be a positive"), std::string::npos) << out;
     out.clear();
     EXPECT_EQ(run_cli("-m /nonexistent/model.gguf", &out), 1);
     EXPECT_NE(out.find("not found"), std::string::npos) << out;
