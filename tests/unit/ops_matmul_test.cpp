@@ -137,7 +137,10 @@ TEST(OpsMatmul, KQuantTypes) {
 
 TEST(OpsMatmul, FloatTypes) {
     Rng rng;
-    const Shape shapes[] = {{1, 3, 1}, {16, 5, 1}, {100, 7, 1}, {257, 13, 6}, {1024, 37, 9}, {640, 20, 70}};
+    // {1000, 37, 1} and {1040, 45, 1}: decode over several 8-row groups plus leftover rows, with a
+    // masked (1000) and a full 16-element (1040) tail after the 32-element steps.
+    const Shape shapes[] = {{1, 3, 1},     {16, 5, 1},   {100, 7, 1},   {1000, 37, 1},
+                            {1040, 45, 1}, {257, 13, 6}, {1024, 37, 9}, {640, 20, 70}};
     for (DType t : {DType::F32, DType::F16, DType::BF16})
         for (const Shape& s : shapes) check_matmul(rng, t, s.n_in, s.n_out, s.n_tok, true);
 }
