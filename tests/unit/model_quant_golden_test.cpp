@@ -22,13 +22,12 @@
 
 #include "convert/convert.h"
 #include "formats/gguf.h"
+#include "cli_test_util.h"
 #include "golden_test_util.h"
 #include "model_test_util.h"
 #include "ops/act_quant.h"
 #include "pelican/engine.h"
 #include "tokenizer/tokenizer.h"
-
-extern char** environ;  // POSIX: the process environment, passed on to the spawned binary
 
 namespace pelican {
 namespace {
@@ -174,44 +173,6 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(QuantGolden);
 
 // ---- `pelican run` end to end ---------------------------------------------------------------------
 
-// Runs the pelican binary with `args` (no shell: the prompt's newline and spaces pass unchanged);
-// returns the exit status and the bytes written to stdout and stderr.
-struct CliResult {
-    int status = -1;
-    std::string out, err;
-};
-
-CliResult run_pelican(const std::vector<std::string>& args, const test::TempDir& dir) {
-    const std::string out_path = dir.str("stdout.bin"), err_path = dir.str("stderr.txt");
-    std::vector<char*> argv;
-    std::string bin = PELICAN_BINARY;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CliResult r;
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-        r.err = fmt::format("posix_spawn {}: error {}", bin, rc);
-        return r;
-    }
-    int ws = 0;
-    if (::waitpid(pid, &ws, 0) == pid && WIFEXITED(ws)) r.status = WEXITSTATUS(ws);
-    auto slurp = [](const std::string& path) {
-        std::ifstream in(path, std::ios::binary);
-        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    };
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
-    return r;
-}
-
 class RunGolden : public ::testing::TestWithParam<std::string> {};
 
 // `pelican run` on the HF fixture folder streams transformers' greedy continuation. transformers'
@@ -239,9 +200,9 @@ TEST_P(RunGolden, CliStreamsTransformersGreedyText) {
     ASSERT_EQ(golden::utf8_lossy(want_bytes), want_text) << "fixture tokenizer decodes differently";
 
     test::TempDir tmp("run_golden_" + GetParam());
-    const auto r = run_pelican({"run", "-m", dir.string(), "-p", prompt, "-n", std::to_string(n), "--temp",
-                                "0", "--ignore-eos", "-t", "2"},
-                               tmp);
+    const auto r = test::run_pelican_in({"run", "-m", dir.string(), "-p", prompt, "-n", std::to_string(n),
+                                         "--temp", "0", "--ignore-eos", "-t", "2"},
+                                        tmp);
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, want_bytes) << "stdout: " << ::testing::PrintToString(r.out);
     EXPECT_EQ(golden::utf8_lossy(r.out), want_text);

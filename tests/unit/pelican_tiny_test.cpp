@@ -24,13 +24,12 @@
 #include "core/blocks.h"
 #include "core/float_convert.h"
 #include "formats/gguf.h"
+#include "cli_test_util.h"
 #include "golden_test_util.h"
 #include "model_test_util.h"
 #include "ops/act_quant.h"
 #include "pelican/engine.h"
 #include "tokenizer/tokenizer.h"
-
-extern char** environ;  // POSIX: the process environment, passed on to the spawned binary
 
 namespace pelican {
 namespace {
@@ -120,43 +119,6 @@ TEST(PelicanTiny, BundledQ8_0LogitsMatchTransformers) {
     RecordProperty("kld", fmt::format("{:.3e}", mean_kld));
 }
 
-// Runs the pelican binary with `args` inside `dir`; exit status, stdout, stderr.
-struct CliResult {
-    int status = -1;
-    std::string out, err;
-};
-
-CliResult run_pelican_in(const std::vector<std::string>& args, const test::TempDir& dir) {
-    const std::string cwd = dir.str(), out_path = dir.str("stdout.bin"), err_path = dir.str("stderr.txt");
-    std::string bin = PELICAN_BINARY;
-    std::vector<std::string> copy = args;
-    std::vector<char*> argv{bin.data()};
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
-    posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CliResult r;
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-        r.err = fmt::format("posix_spawn {}: error {}", bin, rc);
-        return r;
-    }
-    int ws = 0;
-    if (::waitpid(pid, &ws, 0) == pid && WIFEXITED(ws)) r.status = WEXITSTATUS(ws);
-    auto slurp = [](const std::string& path) {
-        std::ifstream in(path, std::ios::binary);
-        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    };
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
-    return r;
-}
-
 // Greedy tokens compared. transformers' greedy continuation (float64, bf16 weights) and pelican's
 // q8_0 greedy choice agree on all 40 reference tokens on the machine that made the model; the test
 // checks the first kGreedyChecked and prints the smallest top-2 gap of q8_0's own logits along that
@@ -194,7 +156,7 @@ TEST(PelicanTiny, RunWithoutModelUsesBundledDefault) {
                min_gap);
 
     test::TempDir tmp("pelican_tiny_run");  // not the repository: the model is found via the executable
-    const auto r = run_pelican_in(
+    const auto r = test::run_pelican_in(
         {"run", "-p", prompt, "-n", std::to_string(kGreedyChecked), "--temp", "0", "--ignore-eos", "-t", "2"},
         tmp);
     ASSERT_EQ(r.status, 0) << r.err;
