@@ -27,6 +27,7 @@
 #include "core/buffer.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "model/forward_pass.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -47,7 +48,7 @@ struct ForwardOptions {
     int64_t n_batch = 512;  // most tokens per internal step (clamped to n_ctx)
 };
 
-class Forward {
+class Forward final : public ForwardPass {
 public:
     // Errors: bad sizes, allocation failures. The model must outlive the Forward.
     static Expected<std::unique_ptr<Forward>> create(const Model& model, const ForwardOptions& opt);
@@ -57,13 +58,15 @@ public:
     // all_logits non-empty (n * n_vocab floats) every token's logits are written there too.
     // Errors: empty input, token ids outside the vocabulary, pos0 + n > n_ctx, wrong all_logits size.
     Status eval(std::span<const int32_t> tokens, int64_t pos0, ThreadPool& pool,
-                std::span<float> all_logits = {});
+                std::span<float> all_logits = {}) override;
 
-    std::span<const float> last_logits() const { return {last_logits_, static_cast<size_t>(hp_.n_vocab)}; }
-    int64_t n_ctx() const { return kv_.n_ctx(); }
-    int64_t n_batch() const { return n_batch_; }
-    const Model& model() const { return model_; }
-    size_t kv_bytes() const { return kv_.bytes(); }
+    std::span<const float> last_logits() const override {
+        return {last_logits_, static_cast<size_t>(hp_.n_vocab)};
+    }
+    int64_t n_ctx() const override { return kv_.n_ctx(); }
+    int64_t n_batch() const override { return n_batch_; }
+    const Model& model() const override { return model_; }
+    size_t kv_bytes() const override { return kv_.bytes(); }
     void set_tap(TapFn tap) { tap_ = std::move(tap); }
 
 private:

@@ -15,7 +15,7 @@ namespace pelican {
 
 struct Session::Impl {
     const Engine* engine = nullptr;
-    std::unique_ptr<Forward> forward;
+    std::unique_ptr<ForwardPass> forward;
     std::unique_ptr<ThreadPool> pool;
     std::vector<float> logits;  // [n_vocab] the sampler's working copy
 };
