@@ -381,10 +381,11 @@ const char* kSynthConfig = R"({"hidden_size": 128, "intermediate_size": 256, "nu
 
 Expected<EmitStats> write_synthetic(const std::string& arch, const std::string& config,
                                     const std::string& out, DType t, uint64_t seed,
-                                    const std::string& vocab = kSpmVocab.string()) {
+                                    const std::string& vocab = kSpmVocab.string(), int threads = 2) {
     SyntheticOptions s{
         .arch = arch, .config_json = config, .config_name = "test config", .vocab = vocab, .seed = seed};
-    const ConvertOptions o = quiet(t);
+    ConvertOptions o = quiet(t);
+    o.emit.threads = threads;
     PELICAN_ASSIGN(ConvertJob job, plan_synthetic(s, o));
     return write_job(job, out, o.emit);
 }
@@ -397,7 +398,9 @@ std::vector<uint8_t> file_bytes(const std::string& path) {
 TEST(Convert, SyntheticTensorsAndDeterminism) {
     TempDir dir;
     ASSERT_TRUE(write_synthetic("llama", kSynthConfig, dir / "a.gguf", DType::F32, 5).ok());
-    ASSERT_TRUE(write_synthetic("llama", kSynthConfig, dir / "b.gguf", DType::F32, 5).ok());
+    // b: one thread (a uses two); token_embd (128 x 32000 f32, 16.4 MB) spans two write chunks.
+    ASSERT_TRUE(
+        write_synthetic("llama", kSynthConfig, dir / "b.gguf", DType::F32, 5, kSpmVocab.string(), 1).ok());
     ASSERT_TRUE(write_synthetic("llama", kSynthConfig, dir / "c.gguf", DType::F32, 6).ok());
     ASSERT_TRUE(write_synthetic("llama", kSynthConfig, dir / "q.gguf", DType::Q8_0, 5).ok());
     EXPECT_EQ(file_bytes(dir / "a.gguf"), file_bytes(dir / "b.gguf"));
