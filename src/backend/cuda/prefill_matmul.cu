@@ -1,0 +1,166 @@
+// Prefill matmul through cuBLAS (see prefill_matmul.h).
+//
+// Layout: cuBLAS is column-major. Row-major y [n_tok, n_out] is column-major [n_out, n_tok]
+// (ld n_out); row-major W [n_out, n_in] is column-major [n_in, n_out] (ld n_in), so op(W) = T;
+// row-major x [n_tok, n_in] is column-major [n_in, n_tok] (ld n_in), op N. Hence
+//   y^T [n_out, n_tok] = W [n_out, n_in] x^T [n_in, n_tok]:  gemm(T, N, m = n_out, n = n_tok, k = n_in).
+// A tile of rows row0 .. row0 + rows of W writes rows row0 .. of y^T: C = y + row0, ldc = n_out.
+//
+// Weights reach cuBLAS as dense row tiles written by dequantize_matrix (gpu_matrix.h): the
+// GpuMatrix layout is private to gemv*.cu, so even F16 / BF16 / F32 rows are copied tile by tile
+// (exact copies for those types). Tile types: F32 -> F32 (fp32 GEMM, CUBLAS_COMPUTE_32F_PEDANTIC:
+// no TF32, no reduced-precision reductions), F16 -> F16, BF16 -> BF16, quantized -> F16 (each
+// weight dequantized in fp32 exactly as core/dequantize, then rounded to F16). x is converted
+// once per call to the tile type (round to nearest even); accumulation is fp32 throughout.
+#include "backend/cuda/prefill_matmul.h"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/elementwise.h"
+
+namespace pelican::cuda {
+namespace {
+
+// Weight tile scratch: large enough that a tile GEMM fills the GPU even at n_tok = 512 (an
+// [n_tok, rows] output with rows in the thousands), small enough to stay a fixed cost.
+// PELICAN_PREFILL_TILE_MIB overrides it (benchmarks; 8 .. 1024).
+constexpr size_t kDefaultTileBytes = size_t{128} << 20;
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS workspace (Hopper recommends 32 MiB)
+constexpr int64_t kRowQuantum = 256;                  // tile rows are a multiple of this (when < n_out)
+
+size_t tile_cap_bytes() {
+    if (const char* env = std::getenv("PELICAN_PREFILL_TILE_MIB")) {
+        const long mib = std::strtol(env, nullptr, 10);
+        if (mib >= 8 && mib <= 1024) return static_cast<size_t>(mib) << 20;
+    }
+    return kDefaultTileBytes;
+}
+
+DType tile_type(DType w) {
+    switch (w) {
+        case DType::F32:
+        case DType::F16:
+        case DType::BF16:
+            return w;
+        default:
+            return DType::F16;
+    }
+}
+
+size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
+
+cudaDataType_t cuda_type(DType t) {
+    switch (t) {
+        case DType::F32:
+            return CUDA_R_32F;
+        case DType::BF16:
+            return CUDA_R_16BF;
+        default:
+            return CUDA_R_16F;
+    }
+}
+
+[[noreturn]] void fail(const char* what) {
+    std::fprintf(stderr, "pelican: PrefillMatmul: %s\n", what);
+    std::abort();
+}
+
+}  // namespace
+
+bool PrefillMatmul::init(int64_t max_n_in, int64_t max_n_out, int64_t max_tok, cudaStream_t stream,
+                         const char** err) {
+    const auto set_err = [&](const char* m) {
+        if (err) *err = m;
+        return false;
+    };
+    if (handle_) return set_err("PrefillMatmul::init called twice");
+    if (max_n_in <= 0 || max_n_out <= 0 || max_tok <= 0) return set_err("PrefillMatmul: empty shape bounds");
+    max_n_in_ = max_n_in;
+    max_n_out_ = max_n_out;
+    max_tok_ = max_tok;
+
+    const size_t n_in = static_cast<size_t>(max_n_in), n_out = static_cast<size_t>(max_n_out);
+    // Room for the whole matrix in 2-byte elements when it is small, else the cap; always at
+    // least min(n_out, kRowQuantum) fp32 rows.
+    size_t tile = std::min(tile_cap_bytes(), n_out * n_in * 2);
+    tile = std::max(tile, std::min<size_t>(n_out, kRowQuantum) * n_in * 4);
+    w_tile_bytes_ = tile;
+    x_conv_bytes_ = static_cast<size_t>(max_tok) * n_in * 2;
+    workspace_bytes_ = kWorkspaceBytes;
+
+    cublasHandle_t h = nullptr;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return set_err("PrefillMatmul: cublasCreate failed");
+    handle_ = h;
+    if (cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS)
+        return set_err("PrefillMatmul: cublasSetStream failed");
+    if (cudaMalloc(&w_tile_, w_tile_bytes_) != cudaSuccess ||
+        cudaMalloc(&x_conv_, x_conv_bytes_) != cudaSuccess ||
+        cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess) {
+        cudaGetLastError();
+        return set_err("PrefillMatmul: out of GPU memory for the weight tile / activation scratch");
+    }
+    if (cublasSetWorkspace(h, workspace_, workspace_bytes_) != CUBLAS_STATUS_SUCCESS)
+        return set_err("PrefillMatmul: cublasSetWorkspace failed");
+    // Default math: no TF32 for fp32 (the F32 path also asks for the pedantic compute type).
+    if (cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS)
+        return set_err("PrefillMatmul: cublasSetMathMode failed");
+    return true;
+}
+
+PrefillMatmul::~PrefillMatmul() {
+    if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+    if (w_tile_) cudaFree(w_tile_);
+    if (x_conv_) cudaFree(x_conv_);
+    if (workspace_) cudaFree(workspace_);
+}
+
+void PrefillMatmul::run(const GpuMatrix& w, const float* x, int64_t n_tok, float* y, cudaStream_t stream) {
+    if (!handle_) fail("run before a successful init");
+    if (n_tok <= 0 || w.n_out <= 0) return;
+    if (n_tok > max_tok_ || w.n_in > max_n_in_ || w.n_in <= 0) {
+        std::fprintf(stderr,
+                     "pelican: PrefillMatmul: n_tok %lld / n_in %lld outside the init bounds %lld / %lld\n",
+                     static_cast<long long>(n_tok), static_cast<long long>(w.n_in),
+                     static_cast<long long>(max_tok_), static_cast<long long>(max_n_in_));
+        std::abort();
+    }
+    if (!gpu_matmul_supported(w.type)) fail("unsupported weight type");
+    auto* h = static_cast<cublasHandle_t>(handle_);
+    PELICAN_CUBLAS_CHECK(cublasSetStream(h, stream));
+
+    const DType tt = tile_type(w.type);
+    const int64_t n_in = w.n_in, n_out = w.n_out;
+    const size_t row_bytes = static_cast<size_t>(n_in) * elem_bytes(tt);
+    int64_t rows = static_cast<int64_t>(w_tile_bytes_ / row_bytes);
+    if (rows >= n_out) {
+        rows = n_out;
+    } else if (rows >= kRowQuantum) {
+        rows -= rows % kRowQuantum;
+    } else if (rows < 1) {
+        fail("weight tile scratch holds no row");
+    }
+
+    const void* xb = x;
+    if (tt != DType::F32) {
+        convert_f32(x, x_conv_, tt, n_tok * n_in, stream);
+        xb = x_conv_;
+    }
+    const cudaDataType_t ct = cuda_type(tt);
+    const cublasComputeType_t compute = tt == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int64_t row0 = 0; row0 < n_out; row0 += rows) {
+        const int64_t r = std::min(rows, n_out - row0);
+        dequantize_matrix(w, row0, r, w_tile_, tt, stream);
+        PELICAN_CUBLAS_CHECK(cublasGemmEx(
+            h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(r), static_cast<int>(n_tok), static_cast<int>(n_in),
+            &alpha, w_tile_, ct, static_cast<int>(n_in), xb, ct, static_cast<int>(n_in), &beta, y + row0,
+            CUDA_R_32F, static_cast<int>(n_out), compute, CUBLAS_GEMM_DEFAULT));
+    }
+}
+
+}  // namespace pelican::cuda
