@@ -1,0 +1,102 @@
+// attention_decode: split-KV flash-decoding over the rows kernel (attention_rows.cu).
+//
+// Splits: fixed per (n_ctx, n_kv_head, device): enough CTAs for ~4 per SM at long context
+// (n_kv_head * n_splits >= 4 * SMs where n_ctx allows), at most kMaxSplits, and no more than
+// n_ctx / kMinChunk. The keys per split are chosen at run time from the live length
+// (max(len / n_splits, kMinChunk), rounded to the tile), so short contexts use few splits and the
+// rest exit at once.
+//
+// Workspace (device, zeroed once): [counters: n_head * kMaxTok int32, padded to 256 B]
+// [ml: n_splits * n_head * n_tok float2, padded to 256 B] [acc: same slots * round_up(hd, 4) fp32].
+#include "backend/cuda/attention.h"
+#include "backend/cuda/attention_impl.cuh"
+#include "backend/cuda/cuda_check.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace pelican::cuda {
+namespace {
+
+constexpr size_t align256(size_t n) { return (n + 255) & ~size_t{255}; }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Upper bound of decode_splits over every n_kv_head and device.
+int max_splits(int64_t n_ctx) {
+    const int64_t s = ceil_div(n_ctx > 0 ? n_ctx : 1, attn::kMinChunk);
+    return static_cast<int>(s < attn::kMaxSplits ? s : attn::kMaxSplits);
+}
+
+int sm_count() {
+    static int cached[64] = {};
+    int dev = 0;
+    PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 64 && cached[dev]) return cached[dev];
+    int n = 0;
+    PELICAN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    if (dev < 64) cached[dev] = n;
+    return n;
+}
+
+int decode_splits(int64_t n_ctx, int n_kv_head) {
+    const int64_t target = ceil_div(4 * static_cast<int64_t>(sm_count()), n_kv_head);
+    const int64_t s = target < max_splits(n_ctx) ? target : max_splits(n_ctx);
+    return static_cast<int>(s > 0 ? s : 1);
+}
+
+[[noreturn]] void fail(const char* what) {
+    std::fprintf(stderr, "pelican: attention_decode: %s\n", what);
+    std::abort();
+}
+
+}  // namespace
+
+size_t attention_workspace_bytes(int64_t n_ctx, int n_head, int head_dim, int max_tokens) {
+    if (max_tokens > attn::kMaxTok) max_tokens = attn::kMaxTok;
+    if (max_tokens < 1) max_tokens = 1;
+    const size_t slots = static_cast<size_t>(max_splits(n_ctx)) * n_head * max_tokens;
+    const size_t hd4 = static_cast<size_t>((head_dim + 3) & ~3);
+    return align256(static_cast<size_t>(n_head) * attn::kMaxTok * sizeof(int32_t)) + align256(slots * 8) +
+           slots * hd4 * sizeof(float);
+}
+
+void attention_decode(const AttnArgs& a, cudaStream_t stream) {
+    if (a.n_tok < 1 || a.n_tok > attn::kMaxTok) fail("n_tok must be 1..8");
+    if (a.n_kv_head <= 0 || a.n_head % a.n_kv_head != 0) fail("n_head must be a multiple of n_kv_head");
+    if (a.kv.type != DType::F16 && a.kv.type != DType::F32) fail("KV cache must be F16 or F32");
+    if (!a.workspace || !a.pos0_dev) fail("workspace and pos0_dev are required");
+    const int group = a.n_head / a.n_kv_head;
+    const int rows_total = group * a.n_tok;
+    const int nz = static_cast<int>(ceil_div(rows_total, attn::kMaxRows));
+    const int n_splits = decode_splits(a.kv.n_ctx, a.n_kv_head);
+
+    attn::RowsParams p{};
+    p.q = a.q;
+    p.q_stride = a.q_stride ? a.q_stride : static_cast<int64_t>(a.n_head) * a.head_dim;
+    p.n_tok = a.n_tok;
+    p.n_head = a.n_head;
+    p.n_kv_head = a.n_kv_head;
+    p.head_dim = a.head_dim;
+    p.group = group;
+    p.scale = a.scale;
+    p.window = a.window;
+    p.pos0_dev = a.pos0_dev;
+    p.k = a.kv.k;
+    p.v = a.kv.v;
+    p.out = a.out;
+    p.rows_cta = static_cast<int>(ceil_div(rows_total, nz));
+    p.n_splits = n_splits;
+    p.min_chunk = attn::kMinChunk;
+    const size_t slots = static_cast<size_t>(n_splits) * a.n_head * a.n_tok;
+    auto* base = static_cast<unsigned char*>(a.workspace);
+    p.counters = reinterpret_cast<int*>(base);
+    base += align256(static_cast<size_t>(a.n_head) * attn::kMaxTok * sizeof(int32_t));
+    p.ml = reinterpret_cast<float2*>(base);
+    base += align256(slots * 8);
+    p.acc = reinterpret_cast<float*>(base);
+    p.acc_stride = (a.head_dim + 3) & ~3;
+    attn::launch_rows(p, a.kv.type == DType::F16, nz, stream);
+}
+
+}  // namespace pelican::cuda

@@ -1,0 +1,580 @@
+// GPU attention (backend/cuda/attention.h) against the scalar references (ops/ops.h), on fresh
+// random inputs (replay a failure with PELICAN_TEST_SEED=<seed>):
+//   * rope_store_kv: per-head RMSNorm (none / plain / one_plus), neox and interleaved rope with
+//     partial n_rot and mscale, k/v rows into F16 and F32 caches; nothing else is touched;
+//   * attention_decode (split-KV): GQA 1/4/8, head_dim 16..256, n_tok 1..8, lengths 1..5000,
+//     caches larger than the live length, sliding window; a CUDA graph replayed at many positions;
+//   * attention_prefill: n_tok 1/17/300 at pos0 0 and 123, fp32 and tensor-core paths, windows.
+// Cache rows that must not be read (past the live length, before the window) hold NaN, and the
+// output starts as NaN, so a stray read or a missed write fails loudly.
+//
+// Attention tolerance, per output element (t, h, d), u = 2^-24 (fp32 paths):
+//   scores: fp32 fma dot of hd terms, times scale: |ds| <= E = (hd + 4) u S with
+//           S = |scale| max_j sum_d |q_d k_jd|;
+//   p_j = exp(s_j - m): relative error <= 2E + 2u |s_j - m| + 4u (expf, 2 ulp) and 2u per
+//           rescale of the running sums (at most one per tile of >= 8 keys, plus the split
+//           combine): eps = 2E + 2u (smax - smin) + 4u + 2u (n_keys / 8 + 4);
+//   out = sum p_j v_j / sum p_j, both sums fp32 over n_keys terms:
+//           |dout| <= (2 eps + (2 n_keys + 16) u) max_j |v_jd|.
+// Tensor-core prefill (F16 cache): q is rounded to f16 by the kernel, so the reference gets the
+// same rounded q; p_j is rounded to f16 as the A operand of P.V (relative 2^-11, or absolute
+// 2^-25 below the f16 normal range) while the running sum keeps the fp32 p:
+//           |dout| <= (2^-11 + n_keys 2^-25 + 2 eps' + (2 n_keys + hd + 16) 4u) max_j |v_jd|
+// with eps' = eps at 4u (tensor-core fp32 accumulation is not IEEE round-to-nearest).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_buffer.h"
+#include "core/float_convert.h"
+#include "ops/ops.h"
+#include "ops_test_util.h"
+
+namespace pelican {
+namespace {
+
+using cuda::DeviceBuffer;
+using test::Rng;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& v) {
+    DeviceBuffer b(v.size() * sizeof(T));
+    EXPECT_TRUE(b.ok());
+    PELICAN_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return b;
+}
+
+template <typename T>
+std::vector<T> download(const DeviceBuffer& b, size_t n) {
+    std::vector<T> v(n);
+    PELICAN_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+}
+
+// A KV cache on host (fp32 values, all representable in f16) and device (in `type`).
+struct Cache {
+    DType type;
+    int64_t n_ctx, n_kv_head, hd;
+    std::vector<float> k, v;  // [n_ctx][n_kv_head][hd]
+    DeviceBuffer dk, dv;
+
+    // Rows [first, last) random (k scaled by 1.5), the rest NaN.
+    Cache(Rng& rng, DType t, int64_t ctx, int64_t kvh, int64_t head_dim, int64_t first, int64_t last)
+        : type(t), n_ctx(ctx), n_kv_head(kvh), hd(head_dim) {
+        const int64_t row = kvh * head_dim;
+        k.assign(static_cast<size_t>(ctx * row), kNaN);
+        v.assign(k.size(), kNaN);
+        for (int64_t i = first * row; i < last * row; ++i) {
+            k[i] = f16_to_f32(f32_to_f16(rng.normal() * 1.5f * (rng.index(50) == 0 ? 4.0f : 1.0f)));
+            v[i] = f16_to_f32(f32_to_f16(rng.normal()));
+        }
+        upload_all();
+    }
+    void upload_all() {
+        if (type == DType::F32) {
+            dk = upload(k);
+            dv = upload(v);
+        } else {
+            std::vector<uint16_t> hk(k.size()), hv(v.size());
+            for (size_t i = 0; i < k.size(); ++i) {
+                hk[i] = f32_to_f16(k[i]);
+                hv[i] = f32_to_f16(v[i]);
+            }
+            dk = upload(hk);
+            dv = upload(hv);
+        }
+    }
+    cuda::KvView view() const { return {dk.get(), dv.get(), type, n_ctx}; }
+};
+
+enum class Path { kDecode, kPrefill };
+
+struct AttnCase {
+    int n_head, n_kv_head, hd;
+    DType kv;
+    int n_tok;
+    int64_t pos0;
+    int64_t window = 0;
+    int64_t n_ctx = 0;  // 0: pos0 + n_tok + 9
+};
+
+std::string describe(const AttnCase& c, Path path) {
+    return std::string(path == Path::kDecode ? "decode" : "prefill") + " heads " + std::to_string(c.n_head) +
+           "/" + std::to_string(c.n_kv_head) + " hd " + std::to_string(c.hd) + " " +
+           std::string(dtype_name(c.kv)) + " n_tok " + std::to_string(c.n_tok) + " pos0 " +
+           std::to_string(c.pos0) + " window " + std::to_string(c.window) + " n_ctx " +
+           std::to_string(c.n_ctx);
+}
+
+// Per-element bound of the file comment for q [n_tok][n_head][hd] against the cache.
+std::vector<double> attention_tolerance(const AttnCase& c, const std::vector<float>& q, const Cache& cache,
+                                        float scale, bool tensor_core) {
+    const double u = std::ldexp(1.0, -24), uc = tensor_core ? 4 * u : u;
+    const int group = c.n_head / c.n_kv_head, hd = c.hd;
+    const int64_t row = static_cast<int64_t>(c.n_kv_head) * hd;
+    std::vector<double> tol(q.size());
+    for (int64_t t = 0; t < c.n_tok; ++t) {
+        const int64_t pos = c.pos0 + t, first = c.window ? std::max<int64_t>(0, pos - c.window + 1) : 0;
+        const int64_t n_keys = pos - first + 1;
+        for (int h = 0; h < c.n_head; ++h) {
+            const int64_t kvh = h / group;
+            const float* qv = q.data() + (t * c.n_head + h) * hd;
+            double S = 0, smax = -INFINITY, smin = INFINITY;
+            for (int64_t j = first; j <= pos; ++j) {
+                const float* kj = cache.k.data() + j * row + kvh * hd;
+                double a = 0, s = 0;
+                for (int d = 0; d < hd; ++d) {
+                    a += std::fabs(static_cast<double>(qv[d]) * kj[d]);
+                    s += static_cast<double>(qv[d]) * kj[d];
+                }
+                S = std::max(S, a * std::fabs(scale));
+                smax = std::max(smax, s * scale);
+                smin = std::min(smin, s * scale);
+            }
+            const double E = (hd + 4) * uc * S;
+            const double eps = 2 * E + 2 * uc * (smax - smin) + 4 * uc + 2 * uc * (n_keys / 8.0 + 4);
+            double rel = 2 * eps + (2.0 * n_keys + 16) * uc;
+            if (tensor_core) rel += std::ldexp(1.0, -11) + n_keys * std::ldexp(1.0, -25) + hd * uc;
+            for (int d = 0; d < hd; ++d) {
+                double vmax = 0;
+                for (int64_t j = first; j <= pos; ++j)
+                    vmax = std::max(vmax, std::fabs(static_cast<double>(cache.v[j * row + kvh * hd + d])));
+                tol[(t * c.n_head + h) * hd + d] = rel * vmax + 1e-30;
+            }
+        }
+    }
+    return tol;
+}
+
+// Compares out with ref under tol; one failure message with the worst element and a summary.
+void expect_close(const std::vector<float>& out, const std::vector<float>& ref,
+                  const std::vector<double>& tol, int n_head, int hd, const std::string& what) {
+    size_t worst = 0, n_bad = 0;
+    double worst_ratio = -1, max_abs = 0, max_ref = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+        const double err = std::fabs(static_cast<double>(out[i]) - ref[i]);
+        const double ratio = std::isfinite(err) ? err / tol[i] : INFINITY;
+        if (!(ratio <= 1.0)) ++n_bad;
+        if (!(ratio <= worst_ratio)) {
+            worst_ratio = ratio;
+            worst = i;
+        }
+        if (std::isfinite(err)) max_abs = std::max(max_abs, err);
+        max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
+    }
+    const size_t per_tok = static_cast<size_t>(n_head) * hd;
+    const std::string where = "token " + std::to_string(worst / per_tok) + " head " +
+                              std::to_string(worst % per_tok / hd) + " dim " + std::to_string(worst % hd);
+    if (n_bad) {
+        ADD_FAILURE() << what << ": " << n_bad << " of " << out.size() << " outside tolerance; worst at "
+                      << where << ": got " << out[worst] << " want " << ref[worst] << " tol " << tol[worst]
+                      << " (err/tol " << worst_ratio << "); max |err| " << max_abs << ", max |ref| "
+                      << max_ref;
+    } else {
+        std::printf("  %s: max |err| %.3g (max |ref| %.3g), worst err/tol %.3g\n", what.c_str(), max_abs,
+                    max_ref, worst_ratio);
+    }
+}
+
+struct Workspace {
+    DeviceBuffer buf;
+    Workspace(int64_t n_ctx, int n_head, int hd, int max_tokens)
+        : buf(cuda::attention_workspace_bytes(n_ctx, n_head, hd, max_tokens)) {
+        EXPECT_TRUE(buf.ok());
+        PELICAN_CUDA_CHECK(cudaMemset(buf.get(), 0, buf.size()));
+    }
+    // The arrival counters (first n_head * 8 int32) must be back at zero after every launch.
+    void expect_counters_zero(int n_head) const {
+        const std::vector<int32_t> ctr = download<int32_t>(buf, static_cast<size_t>(n_head) * 8);
+        for (size_t i = 0; i < ctr.size(); ++i) ASSERT_EQ(ctr[i], 0) << "split counter " << i << " not reset";
+    }
+};
+
+void run_attention(Rng& rng, AttnCase c, Path path) {
+    if (c.n_ctx == 0) c.n_ctx = c.pos0 + c.n_tok + 9;
+    c.n_ctx = std::max<int64_t>(c.n_ctx, c.pos0 + c.n_tok);
+    const std::string what = describe(c, path);
+    SCOPED_TRACE(what);
+    const int hd = c.hd;
+    const bool tensor_core =
+        path == Path::kPrefill && c.kv == DType::F16 && (hd == 64 || hd == 128 || hd == 256);
+    const int64_t first_row = c.window ? std::max<int64_t>(0, c.pos0 - c.window + 1) : 0;
+    Cache cache(rng, c.kv, c.n_ctx, c.n_kv_head, hd, first_row, c.pos0 + c.n_tok);
+
+    // q inside wider token rows (as in the fused qkv buffer): q_stride = (n_head + 2 n_kv) hd.
+    const int64_t q_stride = static_cast<int64_t>(c.n_head + 2 * c.n_kv_head) * hd;
+    std::vector<float> qrow = test::random_vec(rng, c.n_tok * q_stride);
+    std::vector<float> q(static_cast<size_t>(c.n_tok) * c.n_head * hd);
+    for (int t = 0; t < c.n_tok; ++t)
+        for (int i = 0; i < c.n_head * hd; ++i) {
+            float x = qrow[t * q_stride + i];
+            if (tensor_core) x = f16_to_f32(f32_to_f16(x));  // the kernel's own rounding of q
+            q[static_cast<size_t>(t) * c.n_head * hd + i] = x;
+        }
+
+    AttentionParams p;
+    p.n_head = c.n_head;
+    p.n_kv_head = c.n_kv_head;
+    p.head_dim = hd;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(hd)) * rng.uniform(0.5f, 2.0f);
+    p.kv_type = c.kv;
+    p.window = c.window;
+    std::vector<float> ref(q.size());
+    std::vector<uint16_t> kh, vh;
+    const void *rk = cache.k.data(), *rv = cache.v.data();
+    if (c.kv == DType::F16) {
+        kh.resize(cache.k.size());
+        vh.resize(cache.v.size());
+        for (size_t i = 0; i < kh.size(); ++i) {
+            kh[i] = f32_to_f16(cache.k[i]);
+            vh[i] = f32_to_f16(cache.v[i]);
+        }
+        rk = kh.data();
+        rv = vh.data();
+    }
+    ref::attention(q.data(), rk, rv, c.pos0, c.n_tok, p, ref.data());
+    const std::vector<double> tol = attention_tolerance(c, q, cache, p.scale, tensor_core);
+
+    DeviceBuffer dq = upload(qrow);
+    DeviceBuffer dout(q.size() * sizeof(float));
+    PELICAN_CUDA_CHECK(cudaMemset(dout.get(), 0xff, dout.size()));  // NaN
+    const int32_t pos0_i = static_cast<int32_t>(c.pos0);
+    DeviceBuffer dpos = upload(std::vector<int32_t>{pos0_i});
+    cuda::AttnArgs a;
+    a.q = dq.as<float>();
+    a.q_stride = q_stride;
+    a.n_tok = c.n_tok;
+    a.n_head = c.n_head;
+    a.n_kv_head = c.n_kv_head;
+    a.head_dim = hd;
+    a.scale = p.scale;
+    a.window = c.window;
+    a.pos0_dev = dpos.as<int32_t>();
+    a.kv = cache.view();
+    a.out = dout.as<float>();
+    if (path == Path::kDecode) {
+        Workspace ws(c.n_ctx, c.n_head, hd, 8);
+        a.workspace = ws.buf.get();
+        for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the workspace
+            cuda::attention_decode(a, nullptr);
+            PELICAN_CUDA_CHECK(cudaDeviceSynchronize());
+            expect_close(download<float>(dout, q.size()), ref, tol, c.n_head, hd,
+                         what + (rep ? " (workspace reused)" : ""));
+            ws.expect_counters_zero(c.n_head);
+        }
+    } else {
+        cuda::attention_prefill(a, c.pos0, nullptr);
+        PELICAN_CUDA_CHECK(cudaDeviceSynchronize());
+        expect_close(download<float>(dout, q.size()), ref, tol, c.n_head, hd, what);
+    }
+}
+
+#define SKIP_WITHOUT_GPU() \
+    if (!pelican::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device"
+
+TEST(CudaAttention, DecodeMatchesReference) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    const AttnCase cases[] = {
+        // heads, kv, hd, cache, n_tok, pos0, window, n_ctx
+        {4, 4, 16, DType::F32, 1, 0},                // first token, MHA, tiny head
+        {8, 2, 32, DType::F16, 3, 4},                // length 7
+        {8, 2, 32, DType::F32, 7, 0},                // length 7, every token in one step
+        {32, 8, 128, DType::F16, 1, 63, 0, 8192},    // Llama-3 shape, length 64, big cache
+        {32, 8, 128, DType::F16, 8, 992},            // length 1000, 8-token verification
+        {32, 8, 128, DType::F32, 4, 4996},           // length 5000, fp32 cache
+        {32, 8, 128, DType::F16, 1, 4999, 0, 8192},  // length 5000, decode
+        {16, 2, 256, DType::F16, 2, 4998},           // Qwen3.5-like, length 5000
+        {16, 2, 256, DType::F32, 1, 999},            // head 256, fp32
+        {16, 2, 256, DType::F16, 8, 56},             // 64 rows per kv head: two row blocks
+        {8, 1, 64, DType::F16, 5, 4995},             // MQA group 8, length 5000
+        {8, 1, 64, DType::F32, 7, 57},               // group 8, length 64
+        {4, 4, 64, DType::F16, 1, 999, 0, 40000},    // many splits idle
+        {8, 2, 80, DType::F16, 2, 998},              // generic head dims
+        {12, 4, 96, DType::F32, 3, 61},              //
+        {8, 8, 16, DType::F16, 8, 4992},             //
+        {32, 8, 128, DType::F16, 3, 997, 100},       // sliding window
+        {16, 2, 256, DType::F32, 2, 4998, 1000},     // window, long
+        {8, 2, 64, DType::F16, 8, 20, 4},            // window shorter than the batch
+    };
+    for (const AttnCase& c : cases) run_attention(rng, c, Path::kDecode);
+    for (int n_tok = 1; n_tok <= 8; ++n_tok) {
+        run_attention(rng, {32, 8, 128, DType::F16, n_tok, 1000 - n_tok}, Path::kDecode);
+        run_attention(rng, {16, 4, 64, DType::F32, n_tok, 64 - n_tok}, Path::kDecode);
+    }
+}
+
+TEST(CudaAttention, PrefillMatchesReference) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    const AttnCase cases[] = {
+        {4, 4, 16, DType::F32, 17, 0},           // fp32 path (golden tests)
+        {8, 2, 32, DType::F32, 300, 123},        //
+        {32, 8, 128, DType::F32, 17, 123},       //
+        {16, 2, 256, DType::F32, 1, 0},          //
+        {8, 2, 64, DType::F32, 300, 123, 50},    // window
+        {4, 2, 16, DType::F16, 300, 0},          // f16 cache, generic head dim
+        {32, 8, 128, DType::F16, 300, 123},      // tensor cores
+        {32, 8, 128, DType::F16, 17, 0},         //
+        {8, 1, 64, DType::F16, 300, 0},          //
+        {8, 1, 64, DType::F16, 1, 123},          //
+        {16, 2, 256, DType::F16, 300, 0},        //
+        {16, 2, 256, DType::F16, 17, 123},       //
+        {8, 2, 128, DType::F16, 300, 123, 100},  // window, tensor cores
+        {4, 4, 256, DType::F16, 300, 123, 37},   //
+    };
+    for (const AttnCase& c : cases) run_attention(rng, c, Path::kPrefill);
+}
+
+TEST(CudaAttention, DecodeGraphReplay) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (const int n_tok : {1, 4}) {
+        const int n_head = 32, n_kv = 8, hd = 128;
+        const int64_t n_ctx = 6000;
+        SCOPED_TRACE("graph n_tok " + std::to_string(n_tok));
+        Cache cache(rng, DType::F16, n_ctx, n_kv, hd, 0, n_ctx);
+        const std::vector<float> q = test::random_vec(rng, static_cast<int64_t>(n_tok) * n_head * hd);
+        DeviceBuffer dq = upload(q), dpos = upload(std::vector<int32_t>{0});
+        DeviceBuffer dout(q.size() * sizeof(float));
+        Workspace ws(n_ctx, n_head, hd, n_tok);
+        cuda::AttnArgs a;
+        a.q = dq.as<float>();
+        a.n_tok = n_tok;
+        a.n_head = n_head;
+        a.n_kv_head = n_kv;
+        a.head_dim = hd;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        a.pos0_dev = dpos.as<int32_t>();
+        a.kv = cache.view();
+        a.out = dout.as<float>();
+        a.workspace = ws.buf.get();
+
+        cudaStream_t stream;
+        PELICAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        PELICAN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        cuda::attention_decode(a, stream);
+        PELICAN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        PELICAN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+        AttentionParams p;
+        p.n_head = n_head;
+        p.n_kv_head = n_kv;
+        p.head_dim = hd;
+        p.scale = a.scale;
+        p.kv_type = DType::F16;
+        std::vector<uint16_t> kh(cache.k.size()), vh(cache.v.size());
+        for (size_t i = 0; i < kh.size(); ++i) {
+            kh[i] = f32_to_f16(cache.k[i]);
+            vh[i] = f32_to_f16(cache.v[i]);
+        }
+        for (const int32_t pos0 :
+             {0, 5, 60, 124, 127, 128, 1000, 4095, 4096, 5000, static_cast<int32_t>(n_ctx - n_tok)}) {
+            const AttnCase c{n_head, n_kv, hd, DType::F16, n_tok, pos0, 0, n_ctx};
+            PELICAN_CUDA_CHECK(cudaMemsetAsync(dout.get(), 0xff, dout.size(), stream));
+            PELICAN_CUDA_CHECK(
+                cudaMemcpyAsync(dpos.get(), &pos0, sizeof pos0, cudaMemcpyHostToDevice, stream));
+            PELICAN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+            std::vector<float> ref(q.size());
+            ref::attention(q.data(), kh.data(), vh.data(), pos0, n_tok, p, ref.data());
+            expect_close(download<float>(dout, q.size()), ref,
+                         attention_tolerance(c, q, cache, p.scale, false), n_head, hd,
+                         "graph replay at pos0 " + std::to_string(pos0));
+            ws.expect_counters_zero(n_head);
+        }
+        PELICAN_CUDA_CHECK(cudaGraphExecDestroy(exec));
+        PELICAN_CUDA_CHECK(cudaGraphDestroy(graph));
+        PELICAN_CUDA_CHECK(cudaStreamDestroy(stream));
+    }
+}
+
+// ---- rope_store_kv ------------------------------------------------------------------------------
+struct RopeCase {
+    int n_head, n_kv_head, hd, n_rot;
+    bool neox;
+    int norm;  // 0 none, 1 plain, 2 one_plus
+    DType kv;
+    int n_tok;
+    int32_t pos0;
+    float mscale;
+};
+
+void run_rope(Rng& rng, const RopeCase& c) {
+    const std::string what = "rope heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_kv_head) +
+                             " hd " + std::to_string(c.hd) + " n_rot " + std::to_string(c.n_rot) +
+                             (c.neox ? " neox" : " interleaved") + " norm " + std::to_string(c.norm) + " " +
+                             std::string(dtype_name(c.kv)) + " n_tok " + std::to_string(c.n_tok) + " pos0 " +
+                             std::to_string(c.pos0);
+    SCOPED_TRACE(what);
+    const int hd = c.hd, half = c.n_rot / 2;
+    const int64_t q_dim = static_cast<int64_t>(c.n_head) * hd,
+                  kv_dim = static_cast<int64_t>(c.n_kv_head) * hd;
+    const int64_t row = q_dim + 2 * kv_dim;
+    const std::vector<float> qkv = test::random_vec(rng, c.n_tok * row);
+    std::vector<float> inv_freq(static_cast<size_t>(std::max(half, 1)));
+    for (int i = 0; i < half; ++i)
+        inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / c.n_rot)) * (i % 3 == 0 ? 0.25f : 1.0f);
+    std::vector<float> qw(hd), kw(hd);
+    for (int d = 0; d < hd; ++d) {
+        qw[d] = c.norm == 2 ? rng.uniform(-0.3f, 0.3f) : rng.uniform(0.7f, 1.3f);
+        kw[d] = c.norm == 2 ? rng.uniform(-0.3f, 0.3f) : rng.uniform(0.7f, 1.3f);
+    }
+    const NormWeight kind = c.norm == 2 ? NormWeight::kOnePlus : NormWeight::kPlain;
+    const float eps = 1e-6f;
+
+    // Reference: q [n_tok][n_head][hd], k [n_tok][n_kv][hd].
+    std::vector<float> q(static_cast<size_t>(c.n_tok * q_dim)), k(static_cast<size_t>(c.n_tok * kv_dim));
+    for (int t = 0; t < c.n_tok; ++t) {
+        std::copy_n(qkv.begin() + t * row, q_dim, q.begin() + t * q_dim);
+        std::copy_n(qkv.begin() + t * row + q_dim, kv_dim, k.begin() + t * kv_dim);
+    }
+    if (c.norm) {
+        ref::rms_norm(q.data(), qw.data(), q.data(), c.n_tok * c.n_head, hd, eps, kind);
+        ref::rms_norm(k.data(), kw.data(), k.data(), c.n_tok * c.n_kv_head, hd, eps, kind);
+    }
+    // Tolerance magnitudes from the (normed) inputs before the rotation.
+    auto magnitude = [&](const std::vector<float>& x, int n_heads) {
+        std::vector<double> m(x.size());
+        for (size_t base = 0; base < x.size(); base += hd)
+            for (int d = 0; d < hd; ++d) m[base + d] = std::fabs(x[base + d]);
+        for (size_t base = 0; base < x.size(); base += hd)
+            for (int i = 0; i < half; ++i) {
+                const int ia = c.neox ? i : 2 * i, ib = c.neox ? i + half : 2 * i + 1;
+                const double s = (std::fabs(x[base + ia]) + std::fabs(x[base + ib])) * c.mscale;
+                m[base + ia] = m[base + ib] = s;
+            }
+        (void)n_heads;
+        return m;
+    };
+    const std::vector<double> qmag = magnitude(q, c.n_head), kmag = magnitude(k, c.n_kv_head);
+    if (c.n_rot > 0) {
+        std::vector<int64_t> pos(c.n_tok);
+        for (int t = 0; t < c.n_tok; ++t) pos[t] = c.pos0 + t;
+        std::vector<float> cs(static_cast<size_t>(c.n_tok * half)), sn(cs.size());
+        ref::rope_table(inv_freq.data(), c.n_rot, pos.data(), c.n_tok, c.mscale, cs.data(), sn.data());
+        const RopeLayout layout = c.neox ? RopeLayout::kNeox : RopeLayout::kInterleaved;
+        ref::rope(q.data(), c.n_tok, c.n_head, hd, q_dim, c.n_rot, cs.data(), sn.data(), layout);
+        ref::rope(k.data(), c.n_tok, c.n_kv_head, hd, kv_dim, c.n_rot, cs.data(), sn.data(), layout);
+    }
+    // Bound (u = 2^-24): the norm's fp32 sum of squares and scaling, (hd / 2 + 4) u relative; the
+    // rotation: sincosf (2 ulp) and the mscale product vs the reference table's one rounding, then
+    // two products and a sum: 8u of |a| + |b|.
+    const double u = std::ldexp(1.0, -24);
+    const double rel = (c.norm ? hd / 2.0 + 4 : 0.0) * u + 8 * u;
+
+    const int64_t n_ctx = c.pos0 + c.n_tok + 3;
+    const size_t cache_n = static_cast<size_t>(n_ctx * kv_dim);
+    const size_t es = c.kv == DType::F16 ? 2 : 4;
+    DeviceBuffer dk(cache_n * es), dv(cache_n * es);
+    PELICAN_CUDA_CHECK(cudaMemset(dk.get(), 0x5a, dk.size()));  // sentinel bytes
+    PELICAN_CUDA_CHECK(cudaMemset(dv.get(), 0x5a, dv.size()));
+    DeviceBuffer dqkv = upload(qkv), dfreq = upload(inv_freq), dqw = upload(qw), dkw = upload(kw);
+    DeviceBuffer dpos = upload(std::vector<int32_t>{c.pos0});
+    cuda::RopeStoreArgs a;
+    a.qkv = dqkv.as<float>();
+    a.n_tok = c.n_tok;
+    a.n_head = c.n_head;
+    a.n_kv_head = c.n_kv_head;
+    a.head_dim = hd;
+    a.n_rot = c.n_rot;
+    a.neox = c.neox;
+    a.inv_freq = dfreq.as<float>();
+    a.mscale = c.mscale;
+    a.q_norm = c.norm ? dqw.as<float>() : nullptr;
+    a.k_norm = c.norm ? dkw.as<float>() : nullptr;
+    a.norm_eps = eps;
+    a.norm_one_plus = c.norm == 2;
+    a.pos0_dev = dpos.as<int32_t>();
+    a.kv = {dk.get(), dv.get(), c.kv, n_ctx};
+    cuda::rope_store_kv(a, nullptr);
+    PELICAN_CUDA_CHECK(cudaDeviceSynchronize());
+
+    const std::vector<float> gqkv = download<float>(dqkv, qkv.size());
+    std::vector<uint8_t> rawk(cache_n * es), rawv(cache_n * es);
+    PELICAN_CUDA_CHECK(cudaMemcpy(rawk.data(), dk.get(), rawk.size(), cudaMemcpyDeviceToHost));
+    PELICAN_CUDA_CHECK(cudaMemcpy(rawv.data(), dv.get(), rawv.size(), cudaMemcpyDeviceToHost));
+    // q in place; k and v parts of qkv untouched.
+    std::vector<float> gq(q.size());
+    std::vector<double> qtol(q.size());
+    for (int t = 0; t < c.n_tok; ++t) {
+        for (int64_t i = 0; i < q_dim; ++i) {
+            gq[t * q_dim + i] = gqkv[t * row + i];
+            qtol[t * q_dim + i] = rel * qmag[t * q_dim + i] + 1e-30;
+        }
+        for (int64_t i = q_dim; i < row; ++i)
+            ASSERT_EQ(std::memcmp(&gqkv[t * row + i], &qkv[t * row + i], 4), 0)
+                << "qkv k/v part changed at " << i;
+    }
+    expect_close(gq, q, qtol, c.n_head, hd, what + " q");
+    // Cache: rows pos0 .. pos0 + n_tok - 1 hold k (rel + one f16 rounding) and v (exact
+    // conversion); every other byte keeps the sentinel.
+    const size_t row_bytes = static_cast<size_t>(kv_dim) * es;
+    std::vector<float> kc(k.size()), vref(k.size()), vc(k.size());
+    std::vector<double> ktol(k.size()), vtol(k.size());
+    for (int64_t p = 0; p < n_ctx; ++p) {
+        const bool written = p >= c.pos0 && p < c.pos0 + c.n_tok;
+        for (size_t b = 0; b < row_bytes && !written; ++b) {
+            ASSERT_EQ(rawk[p * row_bytes + b], 0x5a) << "k cache row " << p << " written";
+            ASSERT_EQ(rawv[p * row_bytes + b], 0x5a) << "v cache row " << p << " written";
+        }
+        if (!written) continue;
+        const int64_t t = p - c.pos0;
+        for (int64_t i = 0; i < kv_dim; ++i) {
+            const size_t ci = static_cast<size_t>(p * kv_dim + i), ri = static_cast<size_t>(t * kv_dim + i);
+            float kg, vg;
+            if (c.kv == DType::F16) {
+                uint16_t hk, hv;
+                std::memcpy(&hk, &rawk[ci * 2], 2);
+                std::memcpy(&hv, &rawv[ci * 2], 2);
+                kg = f16_to_f32(hk);
+                vg = f16_to_f32(hv);
+            } else {
+                std::memcpy(&kg, &rawk[ci * 4], 4);
+                std::memcpy(&vg, &rawv[ci * 4], 4);
+            }
+            kc[ri] = kg;
+            vc[ri] = vg;
+            const float v_in = qkv[t * row + q_dim + kv_dim + i];
+            vref[ri] = c.kv == DType::F16 ? f16_to_f32(f32_to_f16(v_in)) : v_in;
+            vtol[ri] = 1e-30;
+            ktol[ri] = rel * kmag[ri] +
+                       (c.kv == DType::F16 ? std::ldexp(std::fabs(k[ri]), -10) + std::ldexp(1.0, -24) : 0) +
+                       1e-30;
+        }
+    }
+    expect_close(kc, k, ktol, c.n_kv_head, hd, what + " k cache");
+    expect_close(vc, vref, vtol, c.n_kv_head, hd, what + " v cache");
+}
+
+TEST(CudaAttention, RopeStoreMatchesReference) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    const RopeCase cases[] = {
+        // heads, kv, hd, n_rot, neox, norm, cache, n_tok, pos0, mscale
+        {4, 2, 16, 16, true, 0, DType::F32, 1, 0, 1.0f},
+        {32, 8, 128, 128, true, 0, DType::F16, 1, 4999, 1.0f},  // llama decode
+        {32, 8, 128, 128, false, 0, DType::F32, 8, 300, 1.0f},  // interleaved (GGUF llama)
+        {16, 8, 128, 128, true, 1, DType::F16, 5, 17, 1.0f},    // qwen3: q/k norms
+        {16, 2, 256, 64, true, 2, DType::F16, 3, 1000, 1.0f},   // qwen3.5: one_plus, partial rotary
+        {8, 2, 64, 32, false, 1, DType::F32, 300, 123,
+         1.2f},  // prefill rows, interleaved partial, yarn mscale
+        {8, 4, 80, 40, true, 2, DType::F32, 7, 65000, 1.0f},  // generic head dim, large angles
+        {4, 4, 32, 0, true, 1, DType::F16, 2, 5, 1.0f},       // no rotary, norm only
+    };
+    for (const RopeCase& c : cases) run_rope(rng, c);
+}
+
+}  // namespace
+}  // namespace pelican
