@@ -28,7 +28,7 @@ namespace {
 
 // Weight tile scratch: large enough that a tile GEMM fills the GPU even at n_tok = 512 (an
 // [n_tok, rows] output with rows in the thousands), small enough to stay a fixed cost.
-// PELICAN_PREFILL_TILE_MIB overrides it (benchmarks; 8 .. 1024).
+// PELICAN_PREFILL_TILE_MIB overrides it at init (tests, benchmarks; 1 .. 1024).
 constexpr size_t kDefaultTileBytes = size_t{128} << 20;
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS workspace (Hopper recommends 32 MiB)
 constexpr int64_t kRowQuantum = 256;                  // tile rows are a multiple of this (when < n_out)
@@ -36,7 +36,7 @@ constexpr int64_t kRowQuantum = 256;                  // tile rows are a multipl
 size_t tile_cap_bytes() {
     if (const char* env = std::getenv("PELICAN_PREFILL_TILE_MIB")) {
         const long mib = std::strtol(env, nullptr, 10);
-        if (mib >= 8 && mib <= 1024) return static_cast<size_t>(mib) << 20;
+        if (mib >= 1 && mib <= 1024) return static_cast<size_t>(mib) << 20;
     }
     return kDefaultTileBytes;
 }

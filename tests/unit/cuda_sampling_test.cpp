@@ -1,0 +1,385 @@
+// GPU sampling (backend/cuda/sampling.h) against the real pelican::Sampler: the same logits,
+// penalty window and uniform draw must give the same token, and the same rewritten logits.
+//
+// The uniform: Sampler seeds std::mt19937_64 with its seed and draws u = (rng() >> 11) * 2^-53
+// once per non-greedy sample() (sampler.cpp), so a fresh Sampler's u is recomputed here and
+// passed to the GPU as float(u). Rounding u to float (and expf vs the host's exp, both within
+// a few ulp) can move the draw across a boundary between two neighbouring candidates when u
+// lies within ~1e-6 of it; such a mismatch is accepted only when a reference walk of the kept
+// list (reimplemented below from sampler.h's rules) shows that boundary next to u, and such
+// cases must stay rare.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/sampling.h"
+#include "runtime/sampler.h"
+
+namespace pelican {
+namespace {
+
+using cuda::DeviceBuffer;
+
+uint32_t fresh_seed() {
+    if (const char* env = std::getenv("PELICAN_TEST_SEED"))
+        return static_cast<uint32_t>(std::strtoul(env, nullptr, 10));
+    return std::random_device{}();
+}
+
+double sampler_uniform(uint64_t seed) {
+    std::mt19937_64 g(seed);
+    return static_cast<double>(g() >> 11) * 0x1.0p-53;
+}
+
+struct Config {
+    float temperature, top_p, min_p;
+    int top_k;
+    float rep = 1.0f, freq = 0.0f, pres = 0.0f;
+};
+std::string describe(const Config& c) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "T %g top_k %d top_p %g min_p %g rep %g freq %g pres %g", c.temperature,
+                  c.top_k, c.top_p, c.min_p, c.rep, c.freq, c.pres);
+    return buf;
+}
+
+// Draw order and cumulative weights of the kept set, from logits already penalised and scaled
+// (as Sampler::sample leaves them), following sampler.h.
+struct RefDraw {
+    std::vector<int32_t> ids;
+    std::vector<double> cum;  // inclusive cumulative weight
+};
+RefDraw reference_draw(const std::vector<float>& l, const Config& c) {
+    const int64_t n = static_cast<int64_t>(l.size());
+    std::vector<int32_t> cand;
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; ++i)
+        if (std::isfinite(l[i])) {
+            cand.push_back(static_cast<int32_t>(i));
+            m = std::max(m, l[i]);
+        }
+    const auto before = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+    std::sort(cand.begin(), cand.end(), before);
+    const bool limited = c.top_k > 0 && c.top_k < n;
+    if (limited && static_cast<int64_t>(cand.size()) > c.top_k) cand.resize(static_cast<size_t>(c.top_k));
+    std::vector<float> w(cand.size());
+    double z = 0;
+    for (size_t j = 0; j < cand.size(); ++j) z += w[j] = std::exp(l[cand[j]] - m);
+    size_t kept = cand.size();
+    if (c.min_p > 0) {
+        size_t k2 = 0;
+        while (k2 < kept && w[k2] >= c.min_p) ++k2;
+        kept = k2;
+    }
+    if (c.top_p < 1) {
+        double cum = 0;
+        for (size_t j = 0; j < kept; ++j) {
+            cum += w[j] / z;
+            if (cum >= c.top_p) {
+                kept = j + 1;
+                break;
+            }
+        }
+    }
+    cand.resize(kept);
+    std::vector<float> wk(w.begin(), w.begin() + static_cast<ptrdiff_t>(kept));
+    if (!limited && c.top_p >= 1) {  // sampler.cpp draws in id order then
+        std::vector<size_t> idx(kept);
+        for (size_t j = 0; j < kept; ++j) idx[j] = j;
+        std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return cand[a] < cand[b]; });
+        std::vector<int32_t> c2;
+        std::vector<float> w2;
+        for (size_t j : idx) {
+            c2.push_back(cand[j]);
+            w2.push_back(wk[j]);
+        }
+        cand = c2;
+        wk = w2;
+    }
+    RefDraw r{cand, {}};
+    double s = 0;
+    for (float x : wk) r.cum.push_back(s += x);
+    return r;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b)); }
+
+// Runs the GPU and the CPU sampler on the same inputs for many seeds.
+class GpuSampler {
+public:
+    explicit GpuSampler(int64_t n_vocab)
+        : n_(n_vocab),
+          pristine_(n_vocab * sizeof(float)),
+          work_(n_vocab * sizeof(float)),
+          ids_(size_t{1} << 20),
+          u_(sizeof(float)),
+          out_(sizeof(int32_t)),
+          ws_(cuda::sampling_workspace_bytes(n_vocab)) {
+        EXPECT_TRUE(pristine_.ok() && work_.ok() && ids_.ok() && u_.ok() && out_.ok() && ws_.ok());
+        // Garbage workspace: the kernels must not rely on zeroed scratch.
+        EXPECT_EQ(cudaMemset(ws_.get(), 0x5a, ws_.size()), cudaSuccess);
+    }
+    void set_logits(const std::vector<float>& l) {
+        ASSERT_EQ(static_cast<int64_t>(l.size()), n_);
+        ASSERT_EQ(cudaMemcpy(pristine_.get(), l.data(), l.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    void set_history(const std::vector<int32_t>& h) {
+        ASSERT_LE(h.size() * 4, ids_.size());
+        n_hist_ = static_cast<int>(h.size());
+        if (!h.empty()) {
+            ASSERT_EQ(cudaMemcpy(ids_.get(), h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        }
+    }
+    // Samples from a fresh copy of the logits; *logits_out (optional) gets the rewritten logits.
+    int32_t sample(const Config& c, float u, std::vector<float>* logits_out = nullptr) {
+        EXPECT_EQ(cudaMemcpy(work_.get(), pristine_.get(), n_ * 4, cudaMemcpyDeviceToDevice), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(u_.get(), &u, 4, cudaMemcpyHostToDevice), cudaSuccess);
+        cuda::GpuSampleParams p;
+        p.temperature = c.temperature;
+        p.top_k = c.top_k;
+        p.top_p = c.top_p;
+        p.min_p = c.min_p;
+        p.repetition_penalty = c.rep;
+        p.frequency_penalty = c.freq;
+        p.presence_penalty = c.pres;
+        cuda::sample_on_gpu(work_.as<float>(), n_, p, n_hist_ ? ids_.as<int32_t>() : nullptr, n_hist_,
+                            u_.as<float>(), out_.as<int32_t>(), ws_.get(), nullptr);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        int32_t tok = -2;
+        EXPECT_EQ(cudaMemcpy(&tok, out_.get(), 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        if (logits_out) {
+            logits_out->resize(static_cast<size_t>(n_));
+            EXPECT_EQ(cudaMemcpy(logits_out->data(), work_.get(), n_ * 4, cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+        }
+        return tok;
+    }
+
+private:
+    int64_t n_;
+    DeviceBuffer pristine_, work_, ids_, u_, out_, ws_;
+    int n_hist_ = 0;
+};
+
+int32_t cpu_sample(const std::vector<float>& logits, const Config& c, const std::vector<int32_t>& history,
+                   uint64_t seed, std::vector<float>* rewritten) {
+    SamplerParams sp;
+    sp.temperature = c.temperature;
+    sp.top_k = c.top_k;
+    sp.top_p = c.top_p;
+    sp.min_p = c.min_p;
+    sp.repetition_penalty = c.rep;
+    sp.frequency_penalty = c.freq;
+    sp.presence_penalty = c.pres;
+    sp.penalty_last_n = -1;
+    sp.seed = seed;
+    auto s = Sampler::create(sp);
+    EXPECT_TRUE(s.ok());
+    for (int32_t t : history) s->accept(t);
+    *rewritten = logits;
+    return s->sample(*rewritten);
+}
+
+// Compares GPU and CPU over n_draws seeds; returns the number of accepted near-boundary mismatches.
+void compare(GpuSampler& g, const std::vector<float>& logits, const Config& c,
+             const std::vector<int32_t>& history, int n_draws, uint32_t seed0) {
+    SCOPED_TRACE(describe(c) + " n_vocab " + std::to_string(logits.size()) + " history " +
+                 std::to_string(history.size()));
+    g.set_logits(logits);
+    g.set_history(history);
+    int near = 0, hard = 0;
+    for (int d = 0; d < n_draws; ++d) {
+        const uint64_t seed = uint64_t{seed0} * 1000003u + static_cast<uint64_t>(d);
+        std::vector<float> cpu_l, gpu_l;
+        const int32_t want = cpu_sample(logits, c, history, seed, &cpu_l);
+        const double u = sampler_uniform(seed);
+        const int32_t got = g.sample(c, static_cast<float>(u), d < 3 ? &gpu_l : nullptr);
+        if (d < 3) {  // penalties and temperature are the same fp32 operations: bit-exact
+            int bad = 0;
+            for (size_t i = 0; i < cpu_l.size(); ++i)
+                if (!same_bits(cpu_l[i], gpu_l[i]) && bad++ < 5)
+                    ADD_FAILURE() << "rewritten logit " << i << ": gpu " << gpu_l[i] << " cpu " << cpu_l[i]
+                                  << " (input " << logits[i] << ")";
+        }
+        if (got == want) continue;
+        if (c.temperature == 0.0f) {
+            ADD_FAILURE() << "greedy: gpu " << got << " cpu " << want;
+            ++hard;
+            continue;
+        }
+        const RefDraw r = reference_draw(cpu_l, c);
+        const auto pos = [&](int32_t id) {
+            return std::find(r.ids.begin(), r.ids.end(), id) - r.ids.begin();
+        };
+        const ptrdiff_t pg = pos(got), pc = pos(want);
+        const double total = r.cum.empty() ? 0 : r.cum.back();
+        bool ok = false;
+        double gap = -1;
+        if (pg < static_cast<ptrdiff_t>(r.ids.size()) && pc < static_cast<ptrdiff_t>(r.ids.size())) {
+            const ptrdiff_t lo = std::min(pg, pc);
+            gap = std::fabs(r.cum[static_cast<size_t>(lo)] - u * total) / total;
+            ok = std::abs(pg - pc) == 1 && gap <= 1e-6;
+        }
+        if (ok) {
+            ++near;
+        } else {
+            ++hard;
+            if (hard <= 5)
+                ADD_FAILURE() << "seed " << seed << " u " << u << ": gpu token " << got << " (kept position "
+                              << pg << ") cpu token " << want << " (position " << pc << "), kept "
+                              << r.ids.size() << ", |boundary - u| / total " << gap;
+        }
+    }
+    EXPECT_EQ(hard, 0);
+    EXPECT_LE(near, std::max(2, n_draws / 50)) << "too many near-boundary disagreements";
+}
+
+std::vector<float> normal_logits(std::mt19937& rng, int64_t n, float sigma, bool specials) {
+    std::normal_distribution<float> d(0.0f, sigma);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = d(rng);
+    if (specials) {
+        std::uniform_int_distribution<int64_t> pick(0, n - 1);
+        for (int i = 0; i < n / 100; ++i) v[pick(rng)] = -INFINITY;
+        for (int i = 0; i < 20; ++i) v[pick(rng)] = NAN;
+        for (int i = 0; i < 5; ++i) v[pick(rng)] = INFINITY;  // not finite: never sampled (sampler.h)
+    }
+    return v;
+}
+
+std::vector<int32_t> random_history(std::mt19937& rng, int64_t n_vocab, int len) {
+    std::vector<int32_t> h;
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(n_vocab - 1));
+    for (int i = 0; i < len; ++i)
+        h.push_back(i % 4 == 3 && !h.empty() ? h[h.size() / 2] : pick(rng));  // repeats
+    h.push_back(-5);  // ignored: outside the vocabulary
+    h.push_back(static_cast<int32_t>(n_vocab + 10));
+    return h;
+}
+
+TEST(CudaSampling, ExactParams) {
+    EXPECT_TRUE(cuda::gpu_sampling_exact({0.0f, 0}));
+    EXPECT_TRUE(cuda::gpu_sampling_exact({0.8f, 40}));
+    EXPECT_TRUE(cuda::gpu_sampling_exact({0.8f, cuda::kMaxGpuTopK}));
+    EXPECT_FALSE(cuda::gpu_sampling_exact({0.8f, 0}));
+    EXPECT_FALSE(cuda::gpu_sampling_exact({0.8f, cuda::kMaxGpuTopK + 1}));
+}
+
+TEST(CudaSampling, GreedyTiesAndNonFinite) {
+    if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
+    const uint32_t seed0 = fresh_seed();
+    SCOPED_TRACE("PELICAN_TEST_SEED=" + std::to_string(seed0));
+    std::mt19937 rng(seed0);
+    const int64_t n = 151936;
+    GpuSampler g(n);
+    const Config greedy{0.0f, 1.0f, 0.0f, 0};
+    // Ties at the maximum: the lowest id wins.
+    std::vector<float> l = normal_logits(rng, n, 3.0f, true);
+    for (int64_t id : {int64_t{120000}, int64_t{77}, int64_t{5000}}) l[id] = 40.0f;
+    l[3] = NAN;
+    l[4] = INFINITY;
+    g.set_logits(l);
+    g.set_history({});
+    EXPECT_EQ(g.sample(greedy, 0.5f), 77);
+    // -0 and +0 tie (lowest id), everything else masked.
+    std::vector<float> z(n, -INFINITY);
+    z[900] = 0.0f;
+    z[800] = -0.0f;
+    z[10] = NAN;
+    g.set_logits(z);
+    EXPECT_EQ(g.sample(greedy, 0.5f), 800);
+    // Nothing finite: kNoToken, greedy and sampling.
+    std::vector<float> none(n, -INFINITY);
+    none[5] = NAN;
+    none[6] = INFINITY;
+    g.set_logits(none);
+    EXPECT_EQ(g.sample(greedy, 0.5f), kNoToken);
+    EXPECT_EQ(g.sample({1.0f, 1.0f, 0.0f, 40}, 0.5f), kNoToken);
+    // Random logits with and without penalties, against the CPU sampler.
+    for (int rep = 0; rep < 5; ++rep) {
+        const std::vector<float> r = normal_logits(rng, n, 3.0f, rep % 2 == 0);
+        compare(g, r, greedy, {}, 1, rng());
+        compare(g, r, {0.0f, 1.0f, 0.0f, 0, 1.3f, 0.4f, 0.3f}, random_history(rng, n, 300), 1, rng());
+    }
+}
+
+TEST(CudaSampling, MatchesCpuSamplerTopKTopPMinP) {
+    if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
+    const uint32_t seed0 = fresh_seed();
+    SCOPED_TRACE("PELICAN_TEST_SEED=" + std::to_string(seed0));
+    std::mt19937 rng(seed0);
+    const Config configs[] = {
+        {1.0f, 1.0f, 0.0f, 40},
+        {0.7f, 0.95f, 0.05f, 40},
+        {1.3f, 0.9f, 0.0f, 1024},
+        {0.8f, 1.0f, 0.0f, 1},
+        {1.0f, 1.0f, 0.1f, 1024},
+        {0.5f, 0.5f, 0.0f, 100, 1.3f, 0.5f, 0.2f},
+        {1.0f, 0.8f, 0.02f, 7, 0.8f, 0.0f, 0.0f},
+        {2.0f, 1.0f, 0.0f, 512},
+        {1.0f, 0.99f, 0.0f, 1000, 1.1f, 0.0f, 0.0f},
+    };
+    for (int64_t n : {int64_t{151936}, int64_t{248320}}) {
+        GpuSampler g(n);
+        for (int kind = 0; kind < 3; ++kind) {
+            std::vector<float> l = normal_logits(rng, n, 3.0f, true);
+            if (kind == 1)  // coarse values: many ties, also across the k-th boundary
+                for (auto& x : l) x = std::isfinite(x) ? std::round(x * 2.0f) / 2.0f : x;
+            if (kind == 2)  // a peaked distribution
+                for (int i = 0; i < 5; ++i) l[static_cast<size_t>(rng() % n)] = 12.0f + static_cast<float>(i);
+            const std::vector<int32_t> hist = random_history(rng, n, 64);
+            for (const Config& c : configs) {
+                const bool pen = c.rep != 1.0f || c.freq != 0.0f || c.pres != 0.0f;
+                compare(g, l, c, pen ? hist : std::vector<int32_t>{}, 60, rng());
+            }
+        }
+    }
+}
+
+TEST(CudaSampling, DegenerateAndEdgeCases) {
+    if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
+    const uint32_t seed0 = fresh_seed();
+    SCOPED_TRACE("PELICAN_TEST_SEED=" + std::to_string(seed0));
+    std::mt19937 rng(seed0);
+    {  // all logits equal: the whole vocabulary lands in one histogram bin
+        const int64_t n = 151936;
+        GpuSampler g(n);
+        const std::vector<float> l(n, 1.5f);
+        compare(g, l, {1.0f, 1.0f, 0.0f, 50}, {}, 40, rng());
+        compare(g, l, {1.0f, 0.3f, 0.0f, 1024}, {}, 40, rng());
+    }
+    {  // tiny temperature: overflowed logits tie at FLT_MAX, underflowed ones become -inf
+        const int64_t n = 151936;
+        GpuSampler g(n);
+        const std::vector<float> l = normal_logits(rng, n, 3.0f, true);
+        compare(g, l, {1e-37f, 1.0f, 0.0f, 40}, {}, 30, rng());
+        compare(g, l, {1e-37f, 0.5f, 0.1f, 1024}, {}, 30, rng());
+    }
+    {  // top_k >= n_vocab: every finite logit; without top_p the draw walks ids in order
+        const int64_t n = 700;
+        GpuSampler g(n);
+        const std::vector<float> l = normal_logits(rng, n, 2.0f, true);
+        compare(g, l, {1.0f, 1.0f, 0.05f, 1000}, {}, 200, rng());
+        compare(g, l, {1.0f, 1.0f, 0.0f, 700}, {}, 200, rng());
+        compare(g, l, {0.9f, 0.9f, 0.0f, 1000}, {}, 200, rng());
+        compare(g, l, {1.0f, 1.0f, 0.0f, 699}, random_history(rng, n, 2000), 200, rng());
+    }
+    {  // long penalty window with heavy repeats (counts matter for frequency)
+        const int64_t n = 248320;
+        GpuSampler g(n);
+        const std::vector<float> l = normal_logits(rng, n, 3.0f, false);
+        std::vector<int32_t> h = random_history(rng, 300, 20000);  // ids < 300: many repeats
+        compare(g, l, {0.9f, 0.95f, 0.0f, 64, 1.2f, 0.3f, 0.5f}, h, 20, rng());
+        compare(g, l, {0.0f, 1.0f, 0.0f, 0, 1.2f, 0.3f, 0.5f}, h, 1, rng());
+    }
+}
+
+}  // namespace
+}  // namespace pelican
