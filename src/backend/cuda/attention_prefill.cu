@@ -245,6 +245,9 @@ void launch_tc(const TcParams& p, cudaStream_t stream) {
         PELICAN_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_tc_kernel<HD>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(TcCfg<HD>::smem)));
+        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_tc_kernel<HD>,
+                                                cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                cudaSharedmemCarveoutMaxShared));
         if (dev < 32) __atomic_fetch_or(&configured, 1u << dev, __ATOMIC_RELEASE);
     }
     const dim3 grid(static_cast<unsigned>((p.n_tok + kTcBM - 1) / kTcBM), static_cast<unsigned>(p.n_head));

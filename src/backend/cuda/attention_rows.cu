@@ -30,7 +30,8 @@ namespace pelican::cuda::attn {
 namespace {
 
 template <typename KV, int HD>
-__global__ void __launch_bounds__(kThreads) attn_rows_kernel(const RowsParams p) {
+__global__ void __launch_bounds__(kThreads, (HD == 64 || HD == 128) ? 4 : 2)
+    attn_rows_kernel(const RowsParams p) {
     constexpr int ES = sizeof(KV);
     constexpr int T = tile_keys(ES, HD);
     constexpr int TU = (T + 31) / 32;     // keys per lane in the softmax
@@ -208,6 +209,7 @@ __global__ void __launch_bounds__(kThreads) attn_rows_kernel(const RowsParams p)
                 if (jj < T) sc[r * T + jj] = pj;
             }
             sum = warp_sum(sum);
+            __syncwarp();  // every lane has read st_m / st_l before lane 0 updates them
             if (lane == 0) {
                 st_m[r] = m_new;
                 st_l[r] = st_l[r] * alpha + sum;
@@ -323,7 +325,7 @@ __global__ void __launch_bounds__(kThreads) attn_rows_kernel(const RowsParams p)
         const int r = u / hd4, c = u - r * hd4;
         const float M = st_m[r];
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
+#pragma unroll 8
         for (int s = sl; s < n_active; s += J2) {
             const size_t slot = (static_cast<size_t>(s) * p.n_kv_head + kvh) * rows_total + r_begin + r;
             const float2 ml = __ldcg(&p.ml[slot]);
@@ -367,6 +369,10 @@ void launch_typed(const RowsParams& p, int nz, cudaStream_t stream) {
         PELICAN_CUDA_CHECK(cudaFuncSetAttribute(attn_rows_kernel<KV, HD>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(max_smem)));
+        // Up to 4 CTAs of ~54 KiB per SM at hd 128: ask for the largest shared-memory carveout.
+        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(attn_rows_kernel<KV, HD>,
+                                                cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                cudaSharedmemCarveoutMaxShared));
         if (dev < 32) __atomic_fetch_or(&configured, 1u << dev, __ATOMIC_RELEASE);
     }
     const dim3 grid(static_cast<unsigned>(p.n_splits), static_cast<unsigned>(p.n_kv_head),
