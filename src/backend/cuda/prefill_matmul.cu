@@ -6,12 +6,13 @@
 //   y^T [n_out, n_tok] = W [n_out, n_in] x^T [n_in, n_tok]:  gemm(T, N, m = n_out, n = n_tok, k = n_in).
 // A tile of rows row0 .. row0 + rows of W writes rows row0 .. of y^T: C = y + row0, ldc = n_out.
 //
-// Weights reach cuBLAS as dense row tiles written by dequantize_matrix (gpu_matrix.h): the
-// GpuMatrix layout is private to gemv*.cu, so even F16 / BF16 / F32 rows are copied tile by tile
-// (exact copies for those types). Tile types: F32 -> F32 (fp32 GEMM, CUBLAS_COMPUTE_32F_PEDANTIC:
-// no TF32, no reduced-precision reductions), F16 -> F16, BF16 -> BF16, quantized -> F16 (each
-// weight dequantized in fp32 exactly as core/dequantize, then rounded to F16). x is converted
-// once per call to the tile type (round to nearest even); accumulation is fp32 throughout.
+// F32 / F16 / BF16 weights are read in place: gpu_matrix.cu keeps their rows dense in plane 0
+// (data + off[0], stride[0] bytes per row, n_in padded with zeros); plain_rows() checks that
+// assumption and otherwise falls back to tiles. Quantized weights reach cuBLAS as dense F16 row
+// tiles written by dequantize_matrix (each weight dequantized in fp32 exactly as
+// core/dequantize, then rounded to F16). GEMM types: F32 (CUBLAS_COMPUTE_32F_PEDANTIC: no TF32,
+// no reduced-precision reductions), F16, BF16, F16 for quantized. x is converted once per call
+// to the GEMM type (round to nearest even); accumulation is fp32 throughout.
 #include "backend/cuda/prefill_matmul.h"
 
 #include <cublas_v2.h>
@@ -63,6 +64,19 @@ cudaDataType_t cuda_type(DType t) {
         default:
             return CUDA_R_16F;
     }
+}
+
+// Dense rows of a plain-type matrix in device memory: W row r at base + r * ld elements.
+// nullptr when the matrix is quantized or its layout is not dense rows (then use tiles).
+const void* plain_rows(const GpuMatrix& m, int64_t* ld) {
+    if (m.type != DType::F32 && m.type != DType::F16 && m.type != DType::BF16) return nullptr;
+    const int64_t esize = static_cast<int64_t>(elem_bytes(m.type));
+    const int64_t stride = m.stride[0];
+    if (m.data == nullptr || stride % esize != 0 || stride / esize < m.n_in || m.off[0] % 16 != 0 ||
+        m.off[0] + static_cast<size_t>(stride) * static_cast<size_t>(m.n_out) > m.bytes)
+        return nullptr;
+    *ld = stride / esize;
+    return static_cast<const uint8_t*>(m.data) + m.off[0];
 }
 
 [[noreturn]] void fail(const char* what) {
@@ -153,6 +167,14 @@ void PrefillMatmul::run(const GpuMatrix& w, const float* x, int64_t n_tok, float
     const cudaDataType_t ct = cuda_type(tt);
     const cublasComputeType_t compute = tt == DType::F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
     const float alpha = 1.0f, beta = 0.0f;
+    int64_t ld = 0;
+    if (const void* wp = plain_rows(w, &ld)) {  // one GEMM straight from the resident weights
+        PELICAN_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out),
+                                          static_cast<int>(n_tok), static_cast<int>(n_in), &alpha, wp, ct,
+                                          static_cast<int>(ld), xb, ct, static_cast<int>(n_in), &beta, y,
+                                          CUDA_R_32F, static_cast<int>(n_out), compute, CUBLAS_GEMM_DEFAULT));
+        return;
+    }
     for (int64_t row0 = 0; row0 < n_out; row0 += rows) {
         const int64_t r = std::min(rows, n_out - row0);
         dequantize_matrix(w, row0, r, w_tile_, tt, stream);
