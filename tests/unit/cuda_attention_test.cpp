@@ -278,11 +278,8 @@ void run_attention(Rng& rng, AttnCase c, Path path) {
     }
 }
 
-#define SKIP_WITHOUT_GPU() \
-    if (!pelican::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device"
-
 TEST(CudaAttention, DecodeMatchesReference) {
-    SKIP_WITHOUT_GPU();
+    if (!pelican::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
     const AttnCase cases[] = {
         // heads, kv, hd, cache, n_tok, pos0, window, n_ctx
@@ -314,7 +311,7 @@ TEST(CudaAttention, DecodeMatchesReference) {
 }
 
 TEST(CudaAttention, PrefillMatchesReference) {
-    SKIP_WITHOUT_GPU();
+    if (!pelican::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
     const AttnCase cases[] = {
         {4, 4, 16, DType::F32, 17, 0},           // fp32 path (golden tests)
@@ -336,7 +333,7 @@ TEST(CudaAttention, PrefillMatchesReference) {
 }
 
 TEST(CudaAttention, DecodeGraphReplay) {
-    SKIP_WITHOUT_GPU();
+    if (!pelican::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
     for (const int n_tok : {1, 4}) {
         const int n_head = 32, n_kv = 8, hd = 128;
@@ -559,7 +556,7 @@ void run_rope(Rng& rng, const RopeCase& c) {
 }
 
 TEST(CudaAttention, RopeStoreMatchesReference) {
-    SKIP_WITHOUT_GPU();
+    if (!pelican::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
     const RopeCase cases[] = {
         // heads, kv, hd, n_rot, neox, norm, cache, n_tok, pos0, mscale
