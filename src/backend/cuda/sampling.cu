@@ -346,7 +346,8 @@ __global__ void __launch_bounds__(kSelThreads)
             if ((c & mask) == prefix) atomicAdd(&s_cnt[(c >> shift) & 255u], 1u);
         }
         __syncthreads();
-        if (warp == 0) {  // lane l owns digits 255 - 8l .. 248 - 8l (from the top)
+        if (warp == 0) {                        // lane l owns digits 255 - 8l .. 248 - 8l (from the top)
+            const uint32_t need = s_remaining;  // read by every lane before the shuffles (a sync)
             uint32_t h[8], sum = 0;
             for (int j = 0; j < 8; ++j) sum += h[j] = s_cnt[255 - 8 * lane - j];
             uint32_t incl = sum;
@@ -354,7 +355,7 @@ __global__ void __launch_bounds__(kSelThreads)
                 const uint32_t t = __shfl_up_sync(0xffffffffu, incl, o);
                 if (lane >= o) incl += t;
             }
-            const uint32_t above = incl - sum, need = s_remaining;
+            const uint32_t above = incl - sum;
             if (above < need && incl >= need) {
                 uint32_t acc = above;
                 for (int j = 0; j < 8; ++j) {
