@@ -1,10 +1,11 @@
 // pelican bench -m MODEL [-p 512] [-n 128] [-r 3] [-t THREADS] [-d DEPTH] [--roofline-gbps X | --no-roofline]
-//   [--json]
+//   [--device auto|cpu|cuda] [--json]
 // Prefill (pp) and decode (tg) speed like llama-bench's pp512 / tg128: median tok/s of r timed runs
 // after one warm-up, with the weight and KV-cache bytes each decoded token reads and the GB/s that
 // makes, and that as a % of the machine's streaming-read bandwidth (measured once, ~0.5 s, with the
 // same threads, unless given or skipped). A markdown table on stdout, or with --json one JSON object
-// (runtime/bench.h).
+// (runtime/bench.h). On CUDA the decode steps are graph replays without logits and the roofline is the
+// GPU's measured copy bandwidth.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -21,6 +22,7 @@ struct BenchArgs {
     std::string model;
     BenchParams params;
     bool json = false;
+    std::string device = "auto";
 };
 
 int run(const BenchArgs& a) {
@@ -32,8 +34,10 @@ int run(const BenchArgs& a) {
     // Check what can be checked before the (slow) load; the context is checked after it.
     Status s = check_bench_params(a.params, 0);
     if (!s.ok()) return report_error(s.error());
+    auto device = parse_device(a.device);
+    if (!device) return report_error(fmt::format("bench: --device: {}", device.error().message));
 
-    auto engine = Engine::load(a.model);
+    auto engine = Engine::load(a.model, EngineOptions{.device = *device});
     if (!engine) return report_error(engine.error());
     auto result = run_bench(**engine, a.params);
     if (!result) return report_error(result.error());
@@ -64,6 +68,9 @@ void setup(CLI::App& app) {
            "--no-roofline", [a](int64_t) { a->params.measure_roofline = false; },
            "Do not measure the read bandwidth (no % of roofline)")
         ->excludes(given);
+    sub->add_option("--device", a->device,
+                    "Where to run: auto (CUDA when available and supported), cpu or cuda")
+        ->capture_default_str();
     sub->add_flag("--json", a->json, "Print one JSON object instead of the table");
     sub->callback([a] { set_exit_code(run(*a)); });
 }

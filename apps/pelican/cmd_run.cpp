@@ -1,5 +1,6 @@
 // pelican run [-m MODEL] (-p PROMPT | -f FILE) [--chat] [-n N] [-c N_CTX] [-t THREADS] [--temp T]
 //             [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--stop TEXT]...
+//             [--device auto|cpu|cuda]
 // Streams the generated text to stdout (flushed per token) and ends with one line on stderr giving
 // prompt and decode speeds. --chat renders the prompt as one user message with the model's chat
 // template. Without -m it runs the bundled default, models/pelican-tiny.gguf (see default_model()).
@@ -38,6 +39,7 @@ struct RunArgs {
     bool ignore_eos = false;
     bool verbose = false;
     bool n_predict_given = false;
+    std::string device = "auto";
 };
 
 double rate(int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; }
@@ -79,10 +81,14 @@ int run(RunArgs a) {
         }
     }
     if (a.seed < -1) return report_error("run: --seed must be >= 0 (or -1 for a random seed)");
+    auto device = parse_device(a.device);
+    if (!device) return report_error(fmt::format("run: --device: {}", device.error().message));
 
-    auto engine = Engine::load(a.model);
+    auto engine = Engine::load(a.model, EngineOptions{.device = *device});
     if (!engine) return report_error(engine.error());
-    if (a.verbose) std::fprintf(stderr, "pelican: %s\n", (*engine)->model().describe().c_str());
+    if (a.verbose)
+        std::fprintf(stderr, "pelican: %s; device %s\n", (*engine)->model().describe().c_str(),
+                     (*engine)->device_description().c_str());
     if (a.chat) {
         auto rendered = (*engine)->chat_prompt(prompt);
         if (!rendered) return report_error(rendered.error());
@@ -123,14 +129,17 @@ int run(RunArgs a) {
     if (!result) return report_error(result.error());
     const GenerateResult& r = *result;
     const auto n_gen = static_cast<int64_t>(r.tokens.size());
+    const std::string where = (*session)->device_name() == "cpu"
+                                  ? fmt::format("{} threads", (*session)->n_threads())
+                                  : std::string((*session)->device_name());
     std::fprintf(
         stderr,
         "\npelican: prompt %lld tokens in %.3f s (%.1f tok/s), decode %lld tokens in %.3f s (%.1f tok/s), "
-        "%d threads, stop: %.*s\n",
+        "%s, stop: %.*s\n",
         static_cast<long long>(r.n_prompt_evaluated), r.prompt_seconds,
         rate(r.n_prompt_evaluated, r.prompt_seconds), static_cast<long long>(n_gen), r.decode_seconds,
-        rate(n_gen, r.decode_seconds), (*session)->n_threads(),
-        static_cast<int>(stop_reason_name(r.stop).size()), stop_reason_name(r.stop).data());
+        rate(n_gen, r.decode_seconds), where.c_str(), static_cast<int>(stop_reason_name(r.stop).size()),
+        stop_reason_name(r.stop).data());
     return 0;
 }
 
@@ -157,7 +166,12 @@ void setup(CLI::App& app) {
     sub->add_option("-s,--seed", a->seed, "Random seed (-1: random)")->capture_default_str();
     sub->add_option("--stop", a->stop, "Stop string (repeatable); not printed");
     sub->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
-    sub->add_flag("-v,--verbose", a->verbose, "Print the model's shape to stderr");
+    sub->add_flag("-v,--verbose", a->verbose, "Print the model's shape and the device to stderr");
+    sub->add_option(
+           "--device", a->device,
+           "Where to run: auto (CUDA when built with it, a GPU is visible and the model is supported; "
+           "else the CPU), cpu or cuda")
+        ->capture_default_str();
     sub->callback([a, n_opt] {
         a->n_predict_given = n_opt->count() > 0;
         set_exit_code(run(*a));

@@ -12,6 +12,11 @@
 // bad input (paths, parameters, token ids, context overflow) never crashes the process.
 // Threading: an Engine is immutable and may be shared by several Sessions; one Session is used by
 // one thread at a time.
+//
+// Devices: EngineOptions.device picks where the forward pass runs. auto (the default) uses CUDA
+// when pelican was built with it, a GPU is visible and the model is supported on it (its weights
+// are then uploaded once, at load, and shared by the sessions), else the CPU; cpu and cuda force
+// one (cuda fails with a message saying why it cannot be used).
 #pragma once
 
 #include <cstdint>
@@ -30,16 +35,28 @@ namespace pelican {
 class Model;
 class Tokenizer;
 class Session;
+namespace cuda {
+class GpuModel;
+}
+
+enum class Device { kAuto, kCpu, kCuda };
+std::string_view device_name(Device d);  // "auto", "cpu", "cuda"
+// "auto" | "cpu" | "cuda"; the error lists the choices.
+Expected<Device> parse_device(std::string_view s);
 
 struct EngineOptions {
-    bool load_tokenizer = true;  // false: token-id API only (text calls then return errors)
-    bool allow_repack = true;    // let the CPU backend repack Q4_0/Q8_0 weights for its kernels
+    bool load_tokenizer = true;     // false: token-id API only (text calls then return errors)
+    bool allow_repack = true;       // let the CPU backend repack Q4_0/Q8_0 weights (never on CUDA)
+    Device device = Device::kAuto;  // see "Devices" above
 };
 
 struct SessionOptions {
     int64_t n_ctx = 0;      // context size in tokens; 0 = min(the model's training context, 4096)
     int n_threads = 0;      // compute threads; 0 = ThreadPool::default_thread_count()
     int64_t n_batch = 512;  // most prompt tokens evaluated per forward step
+    // auto: the engine's device; cpu: the CPU pass (also on an engine loaded for CUDA); cuda: an
+    // error unless the engine was loaded for CUDA.
+    Device device = Device::kAuto;
 };
 
 struct GenerateParams {
@@ -92,10 +109,20 @@ public:
     // Errors: bad options, not enough memory for the KV cache.
     Expected<std::unique_ptr<Session>> create_session(const SessionOptions& opt = {}) const;
 
+    // Where sessions run by default (cpu or cuda, never auto), and a line for humans:
+    // "cpu" or "cuda: NVIDIA H200 (sm_90, 139.8 GiB)".
+    Device device() const { return device_; }
+    const std::string& device_description() const { return device_desc_; }
+    // The weights on the GPU (nullptr unless device() is cuda).
+    const std::shared_ptr<const cuda::GpuModel>& gpu_model() const { return gpu_model_; }
+
 private:
     Engine() = default;
     std::string path_;
+    Device device_ = Device::kCpu;
+    std::string device_desc_ = "cpu";
     std::unique_ptr<Model> model_;
+    std::shared_ptr<const cuda::GpuModel> gpu_model_;  // after model_: released before it
     std::unique_ptr<Tokenizer> tokenizer_;
     std::vector<int32_t> eog_ids_;
 };
@@ -122,6 +149,7 @@ public:
     int64_t n_past() const { return static_cast<int64_t>(history_.size()); }
     const std::vector<int32_t>& history() const { return history_; }  // tokens in the KV cache
     int n_threads() const;
+    std::string_view device_name() const;  // "cpu" or "cuda"
 
 private:
     friend class Engine;

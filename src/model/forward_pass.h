@@ -32,6 +32,9 @@ public:
     virtual const Model& model() const = 0;
     virtual size_t kv_bytes() const = 0;
     virtual std::string_view device_name() const { return "cpu"; }
+    // Waits until the queued work is done (GPU passes queue work asynchronously; a CPU pass has
+    // finished when eval returns). Used to time steps.
+    virtual Status synchronize() { return {}; }
 };
 
 }  // namespace pelican

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <map>
 #include <random>
@@ -13,10 +14,17 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/mem_bandwidth.h"
+#include "core/thread_pool.h"
 #include "model/model.h"
 #include "pelican/engine.h"
+#include "runtime/forward_factory.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_spec.h"
+
+#ifdef PELICAN_HAVE_CUDA
+#include "backend/cuda/cuda_forward.h"
+#include "backend/cuda/device_info.h"
+#endif
 
 namespace pelican {
 namespace {
@@ -131,7 +139,7 @@ ModelBytes model_bytes(const Model& model) {
     return t.out;
 }
 
-KvBytes decode_kv_bytes(const Model& model, int64_t depth, int64_t n_gen) {
+KvBytes decode_kv_bytes(const Model& model, int64_t depth, int64_t n_gen, int elem_bytes) {
     const ModelHParams& hp = model.hparams();
     KvBytes r;
     if (n_gen <= 0) return r;
@@ -139,8 +147,8 @@ KvBytes decode_kv_bytes(const Model& model, int64_t depth, int64_t n_gen) {
     for (int64_t pos = depth; pos < depth + n_gen; ++pos)
         sum += static_cast<double>(hp.sliding_window > 0 ? std::min(pos + 1, hp.sliding_window) : pos + 1);
     r.mean_positions = sum / static_cast<double>(n_gen);
-    // K and V, every layer, fp32 (model/kv_cache.h).
-    const double row_bytes = static_cast<double>(2 * hp.n_layer * hp.kv_dim()) * sizeof(float);
+    // K and V, every layer (fp32 in model/kv_cache.h; the GPU cache may be F16).
+    const double row_bytes = static_cast<double>(2 * hp.n_layer * hp.kv_dim()) * elem_bytes;
     r.bytes_per_token = row_bytes * r.mean_positions;
     return r;
 }
@@ -196,9 +204,27 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
     r.model = model_bytes(engine.model());
     r.kv = decode_kv_bytes(engine.model(), p.depth, p.n_gen);
     r.n_ctx = std::max(p.n_prompt, p.depth + p.n_gen);
-    PELICAN_ASSIGN(std::unique_ptr<Session> session,
-                   engine.create_session({.n_ctx = r.n_ctx, .n_threads = p.n_threads, .n_batch = p.n_batch}));
-    r.n_threads = session->n_threads();
+    r.device = engine.device_description();
+    // The forward pass straight from the factory (what a Session runs), so a GPU pass can be
+    // timed with its device-side decode.
+    PELICAN_ASSIGN(std::unique_ptr<ForwardPass> fwd,
+                   create_forward_pass(engine, ForwardOptions{.n_ctx = r.n_ctx, .n_batch = p.n_batch}));
+    const bool on_gpu = fwd->device_name() != "cpu";
+    ThreadPool threads(on_gpu ? 1 : p.n_threads);
+    r.n_threads = threads.size();
+    // Decode step: feeds the token at pos without sampling. CPU: eval (logits to host memory, as
+    // llama-bench's llama_decode); GPU: decode_no_logits (no host sync per step).
+    std::function<Status(int32_t, int64_t)> step = [&](int32_t tok, int64_t pos) {
+        return fwd->eval(std::span<const int32_t>(&tok, 1), pos, threads);
+    };
+#ifdef PELICAN_HAVE_CUDA
+    if (auto* cf = dynamic_cast<cuda::CudaForward*>(fwd.get())) {
+        step = [cf](int32_t tok, int64_t pos) { return cf->decode_no_logits(tok, pos); };
+        r.model.decode_weight_bytes = static_cast<int64_t>(cf->weights().decode_read_bytes());
+        r.kv = decode_kv_bytes(engine.model(), p.depth, p.n_gen, cf->kv_type() == DType::F32 ? 4 : 2);
+        r.kv_type = std::string(dtype_name(cf->kv_type()));
+    }
+#endif
 
     std::mt19937_64 rng(p.seed);
     std::uniform_int_distribution<size_t> pick(0, pool.size() - 1);
@@ -214,19 +240,19 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
         const std::vector<int32_t> gen = draw(p.n_gen);
         BenchRun run;
 
-        session->reset();
         auto t0 = clock::now();
-        PELICAN_TRY(session->eval(prompt));
+        PELICAN_TRY(fwd->eval(prompt, 0, threads));
+        PELICAN_TRY(fwd->synchronize());
         run.prefill_s = seconds_since(t0);
 
-        session->reset();
-        if (!ctx.empty()) PELICAN_TRY(session->eval(ctx));
+        if (!ctx.empty()) PELICAN_TRY(fwd->eval(ctx, 0, threads));
+        PELICAN_TRY(fwd->synchronize());
         t0 = clock::now();
-        for (size_t i = 0; i < gen.size(); ++i) PELICAN_TRY(session->eval(std::span(gen).subspan(i, 1)));
+        for (size_t i = 0; i < gen.size(); ++i) PELICAN_TRY(step(gen[i], p.depth + static_cast<int64_t>(i)));
+        PELICAN_TRY(fwd->synchronize());
         run.decode_s = seconds_since(t0);
         if (rep >= 0) r.runs.push_back(run);
     }
-    session->reset();
 
     std::vector<double> pre, dec;
     for (const BenchRun& run : r.runs) {
@@ -242,6 +268,18 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
     if (p.roofline_gbps) {
         r.roofline_gbps = *p.roofline_gbps;
         r.roofline_source = "given with --roofline-gbps";
+    } else if (p.measure_roofline && on_gpu) {
+#ifdef PELICAN_HAVE_CUDA
+        constexpr size_t kBytes = size_t{1} << 30;
+        constexpr int kPasses = 10;
+        r.roofline_gbps = cuda::measure_copy_bandwidth_gbps(kBytes, kPasses);
+        if (r.roofline_gbps <= 0)
+            return make_error(
+                "bench: measuring the GPU copy bandwidth failed (2 x 1 GiB could not be allocated?); pass "
+                "--roofline-gbps or --no-roofline");
+        r.roofline_source = fmt::format("device-to-device copy of {}, read + write bytes, median of {}",
+                                        human_bytes(static_cast<double>(kBytes)), kPasses);
+#endif
     } else if (p.measure_roofline) {
         PELICAN_ASSIGN(cpu::ReadBandwidth bw, cpu::probe_read_bandwidth(r.n_threads));
         r.roofline_gbps = bw.median_gbps;
@@ -259,26 +297,28 @@ std::string bench_table(const BenchResult& r) {
     const BenchParams& p = r.params;
     const std::string tg =
         p.depth > 0 ? fmt::format("tg{} @ d{}", p.n_gen, p.depth) : fmt::format("tg{}", p.n_gen);
+    // CPU: a threads column; GPU: the device instead (its compute does not use host threads).
+    const bool cpu = r.device == "cpu";
     std::string out = fmt::format(
-        "| model | type | size | params | threads | pp{} tok/s | {} tok/s | bytes/token | GB/s | % roofline "
+        "| model | type | size | params | {} | pp{} tok/s | {} tok/s | bytes/token | GB/s | % roofline "
         "|\n"
         "|---|---|---|---|---|---|---|---|---|---|\n",
-        p.n_prompt, tg);
-    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} + {} KV | {:.1f} | {} |\n",
-                       file_name(r.model_path), r.model.types,
-                       human_bytes(static_cast<double>(r.model.total_bytes)),
-                       human_count(static_cast<double>(r.model.n_params)), r.n_threads, rate_cell(r.prefill),
-                       rate_cell(r.decode), human_bytes(static_cast<double>(r.model.decode_weight_bytes)),
-                       human_bytes(r.kv.bytes_per_token), r.gbps,
-                       r.roofline_gbps > 0 ? fmt::format("{:.1f}%", r.roofline_pct) : std::string("-"));
+        cpu ? "threads" : "device", p.n_prompt, tg);
+    out += fmt::format(
+        "| {} | {} | {} | {} | {} | {} | {} | {} + {} KV | {:.1f} | {} |\n", file_name(r.model_path),
+        r.model.types, human_bytes(static_cast<double>(r.model.total_bytes)),
+        human_count(static_cast<double>(r.model.n_params)), cpu ? std::to_string(r.n_threads) : r.device,
+        rate_cell(r.prefill), rate_cell(r.decode),
+        human_bytes(static_cast<double>(r.model.decode_weight_bytes)), human_bytes(r.kv.bytes_per_token),
+        r.gbps, r.roofline_gbps > 0 ? fmt::format("{:.1f}%", r.roofline_pct) : std::string("-"));
     out += fmt::format(
         "tok/s: median (min-max) of {} runs after one warm-up; decode feeds random tokens without sampling "
-        "(as llama-bench tg); KV read at {:.1f} positions per step on average\n",
-        r.runs.size(), r.kv.mean_positions);
+        "(as llama-bench tg); KV read at {:.1f} positions per step on average{}\n",
+        r.runs.size(), r.kv.mean_positions, cpu ? "" : fmt::format(" ({} cache)", r.kv_type));
     if (r.roofline_gbps > 0)
-        out += fmt::format("decode: {:.1f} GB/s = {:.1f}% of {} read roofline {:.1f} GB/s ({})\n", r.gbps,
-                           r.roofline_pct, r.params.roofline_gbps ? "given" : "measured", r.roofline_gbps,
-                           r.roofline_source);
+        out += fmt::format("decode: {:.1f} GB/s = {:.1f}% of {} {} roofline {:.1f} GB/s ({})\n", r.gbps,
+                           r.roofline_pct, r.params.roofline_gbps ? "given" : "measured",
+                           cpu ? "read" : "GPU copy", r.roofline_gbps, r.roofline_source);
     else
         out += fmt::format("decode: {:.1f} GB/s; read roofline {}\n", r.gbps, r.roofline_source);
     return out;
@@ -297,6 +337,8 @@ std::string bench_json(const BenchResult& r) {
     j["depth"] = p.depth;
     j["reps"] = p.reps;
     j["threads"] = r.n_threads;
+    j["device"] = r.device;
+    j["kv_type"] = r.kv_type;
     j["n_batch"] = p.n_batch;
     j["n_ctx"] = r.n_ctx;
     j["seed"] = p.seed;

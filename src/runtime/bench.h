@@ -19,6 +19,12 @@
 //   same thread count (backend/cpu/mem_bandwidth.h: 1 GiB on huge pages, less if that cannot be
 //   allocated, ~0.5 s), and decode GB/s is reported as a percentage of it. A known figure can be
 //   given instead (roofline_gbps), or the probe skipped (measure_roofline = false).
+// On CUDA (an engine loaded for the GPU): prefill is the same eval, synchronised before the clock
+//   stops; decode is n_gen graph-replayed steps without logits or sampling (CudaForward::
+//   decode_no_logits) with one synchronisation after the last; bytes per token are the GPU
+//   weights one step reads (GpuModel::decode_read_bytes) plus the KV cache at its element size
+//   (F16: 2 bytes); the roofline is the device's measured copy bandwidth (a 1 GiB device-to-device
+//   cudaMemcpy, read + write bytes, median of 10).
 #pragma once
 
 #include <cstdint>
@@ -64,7 +70,8 @@ struct KvBytes {
     double mean_positions = 0;  // positions attended per step, averaged
     double bytes_per_token = 0;
 };
-KvBytes decode_kv_bytes(const Model& model, int64_t depth, int64_t n_gen);
+// elem_bytes: bytes of one cached K or V element (fp32 on the CPU; the GPU's F16 cache: 2).
+KvBytes decode_kv_bytes(const Model& model, int64_t depth, int64_t n_gen, int elem_bytes = 4);
 
 // Errors with the option to change: non-positive -p/-n/-r, negative -d or -t, too many threads,
 // a --roofline-gbps that is not a positive finite number,
@@ -83,9 +90,11 @@ struct RateStats {
 struct BenchResult {
     BenchParams params;
     std::string model_path;
-    std::string model_desc;  // Model::describe()
-    int n_threads = 0;       // threads actually used
-    int64_t n_ctx = 0;       // session context: max(n_prompt, depth + n_gen)
+    std::string model_desc;       // Model::describe()
+    int n_threads = 0;            // threads actually used
+    std::string device = "cpu";   // "cpu" or "cuda: <GPU>" (Engine::device_description)
+    std::string kv_type = "f32";  // KV cache element type
+    int64_t n_ctx = 0;            // session context: max(n_prompt, depth + n_gen)
     ModelBytes model;
     KvBytes kv;
     std::vector<BenchRun> runs;  // the timed repetitions, in order

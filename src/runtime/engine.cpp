@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "pelican/engine.h"
 #include "runtime/eog.h"
+#include "runtime/forward_factory.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pelican {
@@ -29,12 +30,61 @@ std::string_view stop_reason_name(StopReason r) {
     return "?";
 }
 
+std::string_view device_name(Device d) {
+    switch (d) {
+        case Device::kAuto:
+            return "auto";
+        case Device::kCpu:
+            return "cpu";
+        case Device::kCuda:
+            return "cuda";
+    }
+    return "?";
+}
+
+Expected<Device> parse_device(std::string_view s) {
+    if (s == "auto") return Device::kAuto;
+    if (s == "cpu") return Device::kCpu;
+    if (s == "cuda") return Device::kCuda;
+    return make_error("unknown device \"{}\" (choose auto, cpu or cuda)", s);
+}
+
 Engine::~Engine() = default;
 
 Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const EngineOptions& opt) {
     std::unique_ptr<Engine> e(new Engine());
     e->path_ = path;
-    PELICAN_ASSIGN(e->model_, Model::load(path, ModelLoadOptions{.allow_repack = opt.allow_repack}));
+    // Device: cuda must work or fail with the reason; auto tries CUDA and falls back to the CPU.
+    // The GPU reads GGUF rows, so a model headed for it is loaded without the CPU repacking.
+    bool gpu = false;
+    if (opt.device == Device::kCuda) {
+        Status s = cuda_usable();
+        if (!s.ok()) return make_error("device cuda: {}; use --device cpu (or auto)", s.error().message);
+        gpu = true;
+    } else if (opt.device == Device::kAuto) {
+        gpu = cuda_usable().ok();
+    }
+    PELICAN_ASSIGN(e->model_, Model::load(path, ModelLoadOptions{.allow_repack = !gpu && opt.allow_repack}));
+    if (gpu) {
+        Status s = gpu_supports(*e->model_);
+        if (s.ok()) {
+            auto gm = upload_gpu_model(*e->model_);
+            if (gm.ok())
+                e->gpu_model_ = std::move(gm).value();
+            else
+                s = gm.take_error();
+        }
+        if (!s.ok()) {
+            if (opt.device == Device::kCuda) return make_error("device cuda: {}", s.error().message);
+            log_info("device auto: running on the CPU ({})", s.error().message);
+            if (opt.allow_repack) {  // reload with the CPU's weight layout
+                PELICAN_ASSIGN(e->model_, Model::load(path, ModelLoadOptions{.allow_repack = true}));
+            }
+            gpu = false;
+        }
+    }
+    e->device_ = gpu ? Device::kCuda : Device::kCpu;
+    e->device_desc_ = gpu ? "cuda: " + gpu_description() : "cpu";
     const int64_t n_vocab = e->model_->hparams().n_vocab;
     if (opt.load_tokenizer) {
         auto tok = Tokenizer::load(path);

@@ -66,6 +66,13 @@ public:
     // Forgets the history and restarts the RNG from seed().
     void reset();
 
+    // For sampling done elsewhere (the GPU, cuda/sampling.h) with this sampler's state:
+    // the uniform in [0, 1) that the next sample() would draw (it advances the RNG exactly as one
+    // sample() call with temperature > 0 does; greedy calls draw nothing), and the penalty window
+    // (the last penalty_last_n accepted tokens, in no particular order; empty when off).
+    double draw_uniform() { return uniform(); }
+    std::span<const int32_t> penalty_window() const { return history_; }
+
     const SamplerParams& params() const { return params_; }
     uint64_t seed() const { return seed_; }  // the seed in use (resolved when kRandomSeed)
 

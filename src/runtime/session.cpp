@@ -2,16 +2,39 @@
 // (include/pelican/engine.h).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/thread_pool.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "pelican/engine.h"
+#include "runtime/forward_factory.h"
 #include "runtime/sampler.h"
 #include "runtime/text_stream.h"
 #include "tokenizer/tokenizer.h"
 
+#ifdef PELICAN_HAVE_CUDA
+#include "backend/cuda/cuda_forward.h"
+#endif
+
 namespace pelican {
+namespace {
+
+#ifdef PELICAN_HAVE_CUDA
+cuda::GpuSampleParams gpu_params(const SamplerParams& p) {
+    cuda::GpuSampleParams g;
+    g.temperature = p.temperature;
+    g.top_k = p.top_k;
+    g.top_p = p.top_p;
+    g.min_p = p.min_p;
+    g.repetition_penalty = p.repetition_penalty;
+    g.presence_penalty = p.presence_penalty;
+    g.frequency_penalty = p.frequency_penalty;
+    return g;
+}
+#endif
+
+}  // namespace
 
 struct Session::Impl {
     const Engine* engine = nullptr;
@@ -25,6 +48,7 @@ Session::~Session() = default;
 
 int64_t Session::n_ctx() const { return impl_->forward->n_ctx(); }
 int Session::n_threads() const { return impl_->pool->size(); }
+std::string_view Session::device_name() const { return impl_->forward->device_name(); }
 void Session::reset() { history_.clear(); }
 
 Expected<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& opt) const {
@@ -35,9 +59,11 @@ Expected<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& 
     if (n_ctx == 0) n_ctx = n_ctx_train() > 0 ? std::min<int64_t>(n_ctx_train(), 4096) : 4096;
     auto impl = std::make_unique<Session::Impl>();
     impl->engine = this;
-    PELICAN_ASSIGN(impl->forward,
-                   Forward::create(*model_, ForwardOptions{.n_ctx = n_ctx, .n_batch = opt.n_batch}));
-    impl->pool = std::make_unique<ThreadPool>(opt.n_threads);
+    PELICAN_ASSIGN(
+        impl->forward,
+        create_forward_pass(*this, ForwardOptions{.n_ctx = n_ctx, .n_batch = opt.n_batch}, opt.device));
+    // A GPU pass computes on the device: no CPU compute threads.
+    impl->pool = std::make_unique<ThreadPool>(impl->forward->device_name() == "cpu" ? opt.n_threads : 1);
     impl->logits.resize(static_cast<size_t>(model_->hparams().n_vocab));
     return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
@@ -97,6 +123,40 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
     for (int32_t t : prompt) sampler.accept(t);
 
+    // Next token: sampled on the GPU from logits that never leave it when the pass is CUDA and
+    // the parameters are sampled exactly there (the uniform and the penalty window come from the
+    // host sampler, so a seed gives the CPU's tokens); else on the host from copied logits.
+    // `pending` is the last sampled token, not yet run through the model.
+    int32_t pending = kNoToken;
+#ifdef PELICAN_HAVE_CUDA
+    auto* gpu = dynamic_cast<cuda::CudaForward*>(impl_->forward.get());
+    const cuda::GpuSampleParams gsp = gpu_params(params.sampling);
+    if (gpu && !cuda::gpu_sampling_exact(gsp)) gpu = nullptr;
+    const bool penalties =
+        gsp.repetition_penalty != 1.0f || gsp.presence_penalty != 0.0f || gsp.frequency_penalty != 0.0f;
+#endif
+    const auto next_token = [&]() -> Expected<int32_t> {
+#ifdef PELICAN_HAVE_CUDA
+        if (gpu) {
+            float u = 0.0f;
+            if (gsp.temperature > 0.0f)
+                u = std::min(static_cast<float>(sampler.draw_uniform()), std::nextafter(1.0f, 0.0f));
+            const std::span<const int32_t> window =
+                penalties ? sampler.penalty_window() : std::span<const int32_t>();
+            if (pending == kNoToken) return gpu->sample_last(gsp, window, u);
+            PELICAN_ASSIGN(const int32_t t, gpu->decode_sample(pending, n_past(), gsp, window, u));
+            history_.push_back(pending);
+            return t;
+        }
+#endif
+        if (pending != kNoToken) {
+            const int32_t one[1] = {pending};
+            PELICAN_ASSIGN(logits, eval(std::span<const int32_t>(one, 1)));
+        }
+        std::copy(logits.begin(), logits.end(), impl_->logits.begin());
+        return sampler.sample(impl_->logits);
+    };
+
     const std::vector<int32_t>& eog = impl_->engine->end_of_generation_ids();
     TokenTextStream stream(impl_->engine->tokenizer(), params.stop);
     const int64_t limit = params.max_tokens > 0 ? params.max_tokens : ctx - n_prompt + 1;
@@ -105,8 +165,10 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
             r.stop = params.max_tokens > 0 ? StopReason::kMaxTokens : StopReason::kContextFull;
             break;
         }
-        std::copy(logits.begin(), logits.end(), impl_->logits.begin());
-        const int32_t tok = sampler.sample(impl_->logits);
+        auto next = next_token();
+        if (!next) return make_error("generate: {} (step {})", next.error().message, i);
+        const int32_t tok = *next;
+        pending = kNoToken;
         if (tok == kNoToken) return make_error("generate: every logit is NaN or -inf at step {}", i);
         if (!params.ignore_eos && std::binary_search(eog.begin(), eog.end(), tok)) {
             r.stop = StopReason::kEndOfGeneration;
@@ -128,8 +190,7 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
             r.stop = StopReason::kContextFull;
             break;
         }
-        const int32_t one[1] = {tok};
-        PELICAN_ASSIGN(logits, eval(std::span<const int32_t>(one, 1)));
+        pending = tok;
     }
     const std::string rest = stream.finish();
     if (!rest.empty() && on_token) on_token(-1, rest);

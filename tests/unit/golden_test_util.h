@@ -75,6 +75,21 @@ inline Expected<Reference> load_reference(const fs::path& dir) {
     return r;
 }
 
+// Max over rows of max|a - b| / max|b| (each position's logits judged on their own scale): the f32
+// golden tests' measure (bound 1e-4).
+inline double row_rel_diff(const std::vector<float>& a, const std::vector<float>& b, size_t V) {
+    double worst = 0;
+    for (size_t r = 0; r * V < b.size(); ++r) {
+        double scale = 0, d = 0;
+        for (size_t i = r * V; i < (r + 1) * V; ++i) {
+            scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+            d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+        }
+        worst = std::max(worst, d / std::max(scale, 1e-6));
+    }
+    return worst;
+}
+
 // One position's logits against the reference: rel = ||got - ref||_2 / ||ref||_2;
 // kld = KL(softmax(ref) || softmax(got)) in double; the reference's top-2 gap and row norm.
 struct RowCompare {

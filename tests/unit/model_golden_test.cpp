@@ -12,6 +12,7 @@
 #include "convert/convert.h"
 #include "core/mmap_file.h"
 #include "formats/safetensors.h"
+#include "golden_test_util.h"
 #include "model/model.h"
 #include "model_test_util.h"
 #include "pelican/engine.h"
@@ -44,21 +45,7 @@ std::vector<T> read_vec(const SafetensorsFile& f, const std::string& name) {
     return v;
 }
 
-// Max over rows of max|a - b| / max|b| (each position's logits judged on their own scale).
-double row_rel_diff(const std::vector<float>& a, const std::vector<float>& b, size_t V) {
-    double worst = 0;
-    for (size_t r = 0; r * V < b.size(); ++r) {
-        const std::vector<float> ra(a.begin() + r * V, a.begin() + (r + 1) * V),
-            rb(b.begin() + r * V, b.begin() + (r + 1) * V);
-        double scale = 0, d = 0;
-        for (size_t i = 0; i < V; ++i) {
-            scale = std::max(scale, std::abs(static_cast<double>(rb[i])));
-            d = std::max(d, std::abs(static_cast<double>(ra[i]) - rb[i]));
-        }
-        worst = std::max(worst, d / std::max(scale, 1e-6));
-    }
-    return worst;
-}
+using golden::row_rel_diff;
 
 class Golden : public ::testing::TestWithParam<std::string> {};
 

@@ -173,10 +173,12 @@ inline void write_hf_folder(const std::string& dir, const TinySpec& s, const HfW
 // Writes a GGUF of the same model. dtype: storage of 2-D weights (F32, F16, BF16, Q8_0...);
 // norms and biases stay F32. Skips tensors listed in `skip` (GGUF names) for error tests.
 // Rope scaling is written as llama.cpp's converter does: llama3 as a rope_freqs.weight tensor of
-// per-pair divisors, linear/yarn as <arch>.rope.scaling.* keys.
+// per-pair divisors, linear/yarn as <arch>.rope.scaling.* keys. type_of: per-tensor storage types
+// that override dtype (GGUF names, e.g. {"blk.0.attn_v.weight", Q6_K}) for mixed-type files.
 inline void write_gguf_model(const std::string& path, const TinySpec& s, const HfWeightsMap& w,
                              DType dtype = DType::F32, const std::vector<std::string>& skip = {},
-                             bool permute = true, const RopeScaling* scaling = nullptr) {
+                             bool permute = true, const RopeScaling* scaling = nullptr,
+                             const std::map<std::string, DType>& type_of = {}) {
     const std::string arch = s.model_type == "mistral" ? "llama" : s.model_type;
     GgufWriter g;
     ASSERT_TRUE(g.add_kv("general.architecture", gguf_string(arch)).ok());
@@ -239,7 +241,8 @@ inline void write_gguf_model(const std::string& path, const TinySpec& s, const H
                             .ok());
             vals = std::move(out);
         }
-        const DType dt = t.shape.size() == 2 ? dtype : DType::F32;
+        const auto over = type_of.find(*name);
+        const DType dt = t.shape.size() != 2 ? DType::F32 : over != type_of.end() ? over->second : dtype;
         std::vector<uint64_t> dims(t.shape.rbegin(), t.shape.rend());
         ASSERT_TRUE(g.add_tensor(*name, dt, dims).ok()) << *name;
         std::vector<uint8_t> bytes(*dtype_row_bytes(dt, vals.size()));

@@ -1,0 +1,102 @@
+// A loaded Llama-family Model's weights resident on the GPU, shared (read-only) by every
+// CudaForward of an Engine:
+//   - per layer: Q, K, V stacked along n_out into as few GpuMatrix parts as their types allow (one
+//     when they share a type; GGUF Q4_K_M files keep V in Q6_K, giving [Q;K] + [V]); gate and up
+//     likewise ([gate; up], read by the GEMV's glu epilogue when it is one part); wo and w_down;
+//   - the LM head (the token embedding again when tied) as a GpuMatrix;
+//   - norms, biases (stacked like their matrices, zeros where a part has none) and the rope
+//     frequencies as fp32 device arrays carved from one allocation;
+//   - the token embedding as raw GGUF rows (get_rows converts the looked-up rows).
+// The CPU weights must be GGUF rows (a Model loaded with allow_repack = false), since the GPU
+// layouts are built from them.
+//
+//   PELICAN_ASSIGN(auto gm, cuda::GpuModel::upload(model));   // logs "GPU weights: 4.21 GiB in 1.3 s"
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gpu_matrix.h"
+#include "core/status.h"
+
+namespace pelican {
+class Model;
+}
+
+namespace pelican::cuda {
+
+// One stacked part: rows [row0, row0 + m.n_out) of the block's output.
+struct GpuPart {
+    GpuMatrix m;
+    int64_t row0 = 0;
+};
+
+struct GpuLayer {
+    std::vector<GpuPart> qkv;      // outputs [q_dim + 2 * kv_dim]: q heads, k heads, v heads
+    std::vector<GpuPart> gate_up;  // outputs [2 * n_ff]: gate, then up
+    GpuMatrix wo;                  // [n_embd, q_dim]
+    GpuMatrix down;                // [n_embd, n_ff]
+    // fp32 device vectors; nullptr when absent.
+    const float* attn_norm = nullptr;  // [n_embd]
+    const float* ffn_norm = nullptr;   // [n_embd]
+    const float* q_norm = nullptr;     // [head_dim] (qwen3)
+    const float* k_norm = nullptr;     // [head_dim]
+    const float* b_qkv = nullptr;      // [q_dim + 2 * kv_dim] (qwen2), zeros for absent parts
+    const float* b_o = nullptr;        // [n_embd]
+    const float* b_gate_up = nullptr;  // [2 * n_ff]
+    const float* b_down = nullptr;     // [n_embd]
+};
+
+// Whether the GPU forward pass can run this model: a dense Llama-family architecture, every
+// matrix of a GPU matmul type, an embedding get_rows can read, GGUF-row (not repacked) weights.
+// The error says which tensor or property is not supported.
+Status gpu_supports_model(const Model& model);
+
+class GpuModel {
+public:
+    // Uploads every weight (synchronous). Errors: unsupported model (gpu_supports_model), no
+    // device, or out of GPU memory (names the tensor, its bytes and the free/total device memory).
+    // log_progress: one info line with the GiB uploaded and the seconds it took.
+    static Expected<std::unique_ptr<GpuModel>> upload(const Model& model, bool log_progress = true);
+    ~GpuModel();
+    GpuModel(const GpuModel&) = delete;
+    GpuModel& operator=(const GpuModel&) = delete;
+
+    const Model& model() const { return model_; }
+    const GpuLayer& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
+    int n_layer() const { return static_cast<int>(layers_.size()); }
+    const GpuMatrix& output() const { return output_; }  // [n_vocab, n_embd] LM head
+    const float* output_norm() const { return output_norm_; }
+    const float* inv_freq() const { return inv_freq_; }       // [rope_dim / 2], scaling applied
+    const void* tok_embd() const { return tok_embd_.get(); }  // [n_vocab] GGUF rows, dense
+    DType tok_embd_type() const { return tok_embd_type_; }
+    size_t tok_embd_row_bytes() const { return tok_embd_row_bytes_; }
+    // True when every matrix is F32 (the forward pass then keeps an F32 KV cache).
+    bool all_f32() const { return all_f32_; }
+    size_t device_bytes() const { return device_bytes_; }  // every allocation of the model
+    // Weight bytes one decode step reads: every GpuMatrix's read_bytes, the norms and biases and
+    // one embedding row.
+    size_t decode_read_bytes() const { return decode_read_bytes_; }
+
+private:
+    explicit GpuModel(const Model& m) : model_(m) {}
+    void free_all();
+
+    const Model& model_;
+    std::vector<GpuLayer> layers_;
+    GpuMatrix output_;
+    DeviceBuffer vectors_;  // every fp32 vector, 256-byte aligned slices
+    DeviceBuffer tok_embd_;
+    DType tok_embd_type_ = DType::F32;
+    size_t tok_embd_row_bytes_ = 0;
+    const float* output_norm_ = nullptr;
+    const float* inv_freq_ = nullptr;
+    bool all_f32_ = true;
+    size_t device_bytes_ = 0;
+    size_t decode_read_bytes_ = 0;
+};
+
+}  // namespace pelican::cuda

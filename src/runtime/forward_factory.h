@@ -1,0 +1,40 @@
+// Picks and creates the forward pass for a model on a device: the CPU dense block
+// (model/forward.h) or the CUDA pass (backend/cuda/cuda_forward.h, only when pelican is built
+// with CUDA). The rest of the runtime (Engine, Session, bench) never names a backend class.
+//
+//   PELICAN_TRY(cuda_usable());                          // why CUDA cannot be used, if it cannot
+//   PELICAN_ASSIGN(auto gm, upload_gpu_model(model));    // weights on the GPU, shared by passes
+//   PELICAN_ASSIGN(auto fwd, create_forward_pass(model, {.n_ctx = 4096}, Device::kCuda, gm));
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "model/forward.h"
+#include "pelican/engine.h"
+
+namespace pelican {
+
+// True when pelican was built with the CUDA backend.
+bool cuda_built();
+// Ok when CUDA can be used here; else the reason (built without CUDA, no driver / no GPU).
+Status cuda_usable();
+// "NVIDIA H200 (sm_90, 139.8 GiB)" for the GPU in use, or "" without CUDA.
+std::string gpu_description();
+// Ok when the GPU pass runs this model (architecture, weight types, GGUF-row weights).
+Status gpu_supports(const Model& model);
+// Uploads the model's weights to the GPU (logs GiB and seconds). Errors: CUDA unusable, model
+// not supported, out of GPU memory.
+Expected<std::shared_ptr<const cuda::GpuModel>> upload_gpu_model(const Model& model);
+
+// A forward pass on `device` (kCpu or kCuda; kAuto is resolved by the caller). kCuda needs the
+// weights from upload_gpu_model. Errors: bad sizes, out of memory, CUDA unavailable.
+Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Model& model, const ForwardOptions& opt,
+                                                           Device device,
+                                                           const std::shared_ptr<const cuda::GpuModel>& gpu);
+// The same for an engine's model, device and GPU weights (session_device kAuto = the engine's).
+Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Engine& engine, const ForwardOptions& opt,
+                                                           Device session_device = Device::kAuto);
+
+}  // namespace pelican
