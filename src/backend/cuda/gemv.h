@@ -43,7 +43,15 @@ struct GemvArgs {
     int64_t y_stride = 0;  // 0 = output width
 };
 
-// Launches the GEMV (graph-capturable: no allocation, no host synchronisation).
+// Launches the GEMV (graph-capturable: no allocation, no host synchronisation). x, norm_w, bias
+// and residual are read through the read-only cache: they must not alias y, except residual,
+// which may equal y exactly (same rows, residual rows y_stride apart). Any alignment of x is
+// accepted (16-byte aligned rows take the vector path).
 void gemv(const GpuMatrix& w, const GemvArgs& a, cudaStream_t stream);
+
+// For benchmarks and tuning: size the grid for ctas_per_sm CTAs per SM, each looping over its
+// share of the rows (0, the default: as many CTAs as fit on the GPU at once). A large value
+// gives one CTA per row group (no loop).
+void gemv_set_grid_policy(int ctas_per_sm);
 
 }  // namespace pelican::cuda

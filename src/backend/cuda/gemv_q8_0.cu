@@ -1,0 +1,12 @@
+// GEMV kernels for Q8_0 weights (int8 activations, dp4a).
+#include "backend/cuda/gemv_impl.cuh"
+
+namespace pelican::cuda::detail {
+
+void gemv_launch_q8_0(const GemvParams& p, int nt, size_t smem, cudaStream_t stream) {
+    gemv_launch_type<TraitQ8_0>(p, nt, smem, stream);
+}
+
+void gemv_prepare_q8_0() { gemv_prepare_type<TraitQ8_0>(); }
+
+}  // namespace pelican::cuda::detail

@@ -1,0 +1,600 @@
+// cuda::gemv and cuda::dequantize_matrix against the scalar references, on fresh random inputs.
+//
+// Tolerances (u = 2^-24, M[t, o] = sum_i mag_i(o) |x_i| from test::partial_magnitude, which bounds
+// every partial product the kernels form, zero-point terms included):
+//  * Accumulation: each lane sums its units in fp32 (<= n_units/32 additions), then a 5-level
+//    warp tree; each unit's term carries <= 3 roundings (scale product, int -> float, fma). So
+//    |err| <= 2 (n_units/32 + 12) u M. Quantized weights: the integer dot products are exact.
+//  * Quantized weights use int8 activations in 32-blocks (ops/act_quant.h's rule). Without a
+//    norm the kernel rounds exactly as ref::quantize_act_q32, so we compare with the "twin":
+//    ref::matmul on those rounded activations, within the accumulation bound. Always, we also
+//    compare with ref::matmul on the unrounded activations: the rounding errors e_i (|e_i| <=
+//    d/2, d = block amax / 127) are independent and uniform, so sum_i w_i e_i has standard
+//    deviation sigma = sqrt(sum_i w_i^2 d_i^2 / 12); we allow 8 sigma (false failure ~1e-15).
+//  * RMSNorm prologue: x' differs from ref::rms_norm's (double) by a few roundings: + 6 u M.
+//  * Epilogue, in double on the host: v = s (y + b) gets |s| tol_y + 4 u |s| (|y| + |b|);
+//    SwiGLU: |silu'| <= 1.1, so tol = 1.1 tol_g |v_u| + |silu(g)| tol_u + 8 u |out|; residual:
+//    + 2 u (|out| + |res|).
+// Failures print the worst output (token, row, values, tolerance) and how many outputs failed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/gpu_matrix.h"
+#include "ops/act_quant.h"
+#include "ops/ops.h"
+#include "ops_test_util.h"
+
+namespace pelican {
+namespace {
+
+using cuda::DeviceBuffer;
+using test::Rng;
+
+#define SKIP_WITHOUT_GPU()                \
+    if (!cuda::gpu_available()) {         \
+        GTEST_SKIP() << "no CUDA device"; \
+    }                                     \
+    static_assert(true, "")
+
+constexpr double kU = 1.0 / 16777216.0;  // 2^-24
+
+bool is_quant(DType t) {
+    return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
+}
+
+template <typename T>
+DeviceBuffer to_device(const std::vector<T>& v) {
+    DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));
+    EXPECT_TRUE(b.ok());
+    if (!v.empty()) {
+        EXPECT_EQ(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    return b;
+}
+
+template <typename T>
+std::vector<T> from_device(const DeviceBuffer& b, size_t n) {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+}
+
+int64_t row_bytes(DType t, int64_t n_in) {
+    return static_cast<int64_t>(*dtype_row_bytes(t, static_cast<uint64_t>(n_in)));
+}
+
+// x rounded the way the kernels do: int8 32-blocks (act_quant.h), dequantized.
+std::vector<float> round_acts32(const std::vector<float>& x, int64_t n_in, int n_tok) {
+    std::vector<float> out(x.size());
+    std::vector<int8_t> q(static_cast<size_t>(n_in));
+    std::vector<float> d(static_cast<size_t>(n_in / 32)), s(static_cast<size_t>(n_in / 32));
+    for (int t = 0; t < n_tok; ++t) {
+        ref::quantize_act_q32(x.data() + t * n_in, n_in, q.data(), d.data(), s.data());
+        for (int64_t i = 0; i < n_in; ++i) out[static_cast<size_t>(t * n_in + i)] = d[i / 32] * q[i];
+    }
+    return out;
+}
+
+// sigma of sum_i w_i (x^_i - x_i) for uniform rounding errors in 32-blocks (per output row).
+std::vector<double> rounding_sigma(const test::RandomMatrix& m, const float* x) {
+    std::vector<double> out(static_cast<size_t>(m.n_out));
+    std::vector<float> w(static_cast<size_t>(m.n_in));
+    std::vector<double> d(static_cast<size_t>(m.n_in / 32));
+    for (int64_t b = 0; b < m.n_in / 32; ++b) {
+        double amax = 0.0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(static_cast<double>(x[b * 32 + j])));
+        d[static_cast<size_t>(b)] = amax / 127.0;
+    }
+    const int64_t rb = row_bytes(m.type, m.n_in);
+    for (int64_t o = 0; o < m.n_out; ++o) {
+        EXPECT_TRUE(dequantize_row(m.type, m.bytes.data() + o * rb, w.data(), m.n_in).ok());
+        double v = 0.0;
+        for (int64_t i = 0; i < m.n_in; ++i) {
+            const double e = w[i] * d[static_cast<size_t>(i / 32)];
+            v += e * e / 12.0;
+        }
+        out[static_cast<size_t>(o)] = std::sqrt(v);
+    }
+    return out;
+}
+
+struct Opts {
+    std::vector<int64_t> parts{37};  // rows per stacked part (glu: {n_half, n_half})
+    int n_tok = 1;
+    bool random_blocks = false;  // quantized types: random codes/scales instead of ref-quantized
+    bool norm = false, one_plus = false, bias = false, glu = false, residual = false, alias = false;
+    float scale = 1.0f;
+    int64_t x_pad = 0, y_pad = 0;  // extra floats per row (filled with NaN / a sentinel)
+    int x_misalign = 0;            // floats: x starts this far past a 16-byte boundary
+    int64_t stride_pad = 0;        // extra bytes per row of odd-numbered host parts
+    int grid_policy = 0;
+    std::string describe(DType t, int64_t n_in) const {
+        std::string s = std::string(dtype_name(t)) + " n_in=" + std::to_string(n_in) + " parts=";
+        for (int64_t p : parts) s += std::to_string(p) + ",";
+        s += " n_tok=" + std::to_string(n_tok);
+        if (random_blocks) s += " random-blocks";
+        if (norm) s += one_plus ? " norm(1+w)" : " norm";
+        if (bias) s += " bias";
+        if (scale != 1.0f) s += " scale=" + std::to_string(scale);
+        if (glu) s += " glu";
+        if (residual) s += alias ? " residual(=y)" : " residual";
+        if (x_pad || y_pad || x_misalign) s += " strided";
+        if (stride_pad) s += " padded-host-rows";
+        if (grid_policy) s += " grid=" + std::to_string(grid_policy) + "/SM";
+        return s;
+    }
+};
+
+// Worst error / tolerance ratio over the outputs of one check.
+struct Worst {
+    const char* what;
+    double ratio = 0.0, err = 0.0, tol = 0.0, got = 0.0, want = 0.0;
+    int t = -1;
+    int64_t o = -1, n_bad = 0;
+    void add(double g, double w, double tl, int tt, int64_t oo) {
+        const double e = std::fabs(g - w);
+        const double r = std::isfinite(g) ? e / tl : INFINITY;
+        if (!(r <= 1.0)) ++n_bad;
+        if (!(r <= ratio)) {
+            ratio = r;
+            err = e;
+            tol = tl;
+            got = g;
+            want = w;
+            t = tt;
+            o = oo;
+        }
+    }
+    void report(const std::string& c) const {
+        EXPECT_LE(ratio, 1.0) << c << ": " << what << ": " << n_bad
+                              << " outputs out of tolerance; worst at token " << t << " row " << o << ": gpu "
+                              << got << " ref " << want << " |err| " << err << " tol " << tol;
+    }
+};
+
+void run_case(Rng& rng, DType t, int64_t n_in, const Opts& o) {
+    const std::string c = o.describe(t, n_in);
+    SCOPED_TRACE(c);
+    const bool quant = is_quant(t);
+    const int64_t rb = row_bytes(t, n_in);
+    // Weights: random parts, their host copies with padded rows, and the stacked whole.
+    test::RandomMatrix all{t, n_in, 0, {}};
+    std::vector<std::vector<uint8_t>> host_parts;
+    std::vector<cuda::HostRows> rows;
+    for (size_t i = 0; i < o.parts.size(); ++i) {
+        test::RandomMatrix m = test::random_matrix(rng, t, n_in, o.parts[i], !(o.random_blocks && quant));
+        all.n_out += m.n_out;
+        all.bytes.insert(all.bytes.end(), m.bytes.begin(), m.bytes.end());
+        const int64_t stride = rb + (i % 2 == 1 ? o.stride_pad : 0);
+        std::vector<uint8_t> hp(static_cast<size_t>(stride * m.n_out), 0xff);
+        for (int64_t r = 0; r < m.n_out; ++r)
+            std::memcpy(hp.data() + r * stride, m.bytes.data() + r * rb, rb);
+        host_parts.push_back(std::move(hp));
+        rows.push_back({host_parts.back().data(), static_cast<size_t>(stride), m.n_out});
+    }
+    for (size_t i = 0; i < rows.size(); ++i) rows[i].data = host_parts[i].data();
+    cuda::GpuMatrix gm;
+    const char* err = nullptr;
+    ASSERT_TRUE(cuda::upload_matrix(t, n_in, rows.data(), static_cast<int>(rows.size()), gm, nullptr, &err))
+        << err;
+    ASSERT_EQ(gm.n_out, all.n_out);
+    const int64_t n_out = all.n_out, width = o.glu ? n_out / 2 : n_out;
+    const int n_tok = o.n_tok;
+
+    // Activations (NaN in the gaps: a kernel reading past n_in fails loudly).
+    const int64_t xs = n_in + o.x_pad, ys = width + o.y_pad;
+    const std::vector<float> x = test::random_vec(rng, n_in * n_tok);
+    std::vector<float> xbuf(static_cast<size_t>(o.x_misalign + xs * n_tok), NAN);
+    for (int tk = 0; tk < n_tok; ++tk)
+        std::copy_n(x.begin() + tk * n_in, n_in, xbuf.begin() + o.x_misalign + tk * xs);
+    std::vector<float> nw(static_cast<size_t>(n_in)), bias(static_cast<size_t>(n_out)),
+        res(static_cast<size_t>(ys * n_tok), NAN);
+    for (auto& v : nw) v = o.one_plus ? 0.2f * rng.normal() : 1.0f + 0.2f * rng.normal();
+    for (auto& v : bias) v = 0.5f * rng.normal();
+    for (int tk = 0; tk < n_tok; ++tk)
+        for (int64_t i = 0; i < width; ++i) res[static_cast<size_t>(tk * ys + i)] = rng.normal();
+    const float sentinel = 12345.0f;
+    std::vector<float> ybuf(static_cast<size_t>(ys * n_tok), sentinel);
+    if (o.residual && o.alias)
+        for (int tk = 0; tk < n_tok; ++tk)
+            for (int64_t i = 0; i < width; ++i)
+                ybuf[static_cast<size_t>(tk * ys + i)] = res[static_cast<size_t>(tk * ys + i)];
+
+    DeviceBuffer dx = to_device(xbuf), dnw = to_device(nw), dbias = to_device(bias), dres = to_device(res),
+                 dy = to_device(ybuf);
+    cuda::GemvArgs a;
+    a.x = dx.as<float>() + o.x_misalign;
+    a.x_stride = o.x_pad ? xs : 0;
+    a.n_tok = n_tok;
+    if (o.norm) {
+        a.norm_w = dnw.as<float>();
+        a.norm_eps = 1e-5f;
+        a.norm_one_plus = o.one_plus;
+    }
+    a.bias = o.bias ? dbias.as<float>() : nullptr;
+    a.scale = o.scale;
+    a.glu = o.glu;
+    a.residual = o.residual ? (o.alias ? dy.as<float>() : dres.as<float>()) : nullptr;
+    a.y = dy.as<float>();
+    a.y_stride = o.y_pad ? ys : 0;
+    cuda::gemv_set_grid_policy(o.grid_policy);
+    cuda::gemv(gm, a, nullptr);
+    cuda::gemv_set_grid_policy(0);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    const std::vector<float> y = from_device<float>(dy, ybuf.size());
+    cuda::free_matrix(gm);
+
+    // References.
+    std::vector<float> xn = x;
+    if (o.norm)
+        ref::rms_norm(x.data(), nw.data(), xn.data(), n_tok, n_in, 1e-5f,
+                      o.one_plus ? NormWeight::kOnePlus : NormWeight::kPlain);
+    const std::vector<float> xq = quant ? round_acts32(xn, n_in, n_tok) : xn;
+    const Tensor wt = all.tensor();
+    std::vector<float> y_twin(static_cast<size_t>(n_tok * n_out)), y_exact(y_twin.size());
+    ref::matmul(wt, xq.data(), n_tok, y_twin.data());
+    ref::matmul(wt, xn.data(), n_tok, y_exact.data());
+    const int64_t unit = t == DType::F32                       ? 4
+                         : t == DType::F16 || t == DType::BF16 ? 8
+                         : t == DType::Q4_K                    ? 64
+                                                               : 32;
+    const double k_acc = 2.0 * (static_cast<double>((n_in + unit - 1) / unit) / 32.0 + 12.0);
+    std::vector<double> tol_twin(y_twin.size()), tol_exact(y_twin.size());
+    for (int tk = 0; tk < n_tok; ++tk) {
+        const std::vector<double> mag = test::partial_magnitude(all, xq.data() + tk * n_in);
+        const std::vector<double> sig =
+            quant ? rounding_sigma(all, xn.data() + tk * n_in) : std::vector<double>(n_out, 0.0);
+        for (int64_t r = 0; r < n_out; ++r) {
+            const size_t i = static_cast<size_t>(tk * n_out + r);
+            tol_twin[i] = k_acc * kU * mag[r] + 1e-30;
+            tol_exact[i] = tol_twin[i] + 8.0 * sig[r] + (o.norm ? 6.0 * kU * mag[r] : 0.0);
+        }
+    }
+    // Epilogue in double with propagated tolerances.
+    auto finish = [&](const std::vector<float>& acc, const std::vector<double>& tol, int tk, int64_t i,
+                      double& tl) {
+        auto v_of = [&](int64_t r, double& tv) {
+            const double yv = acc[static_cast<size_t>(tk * n_out + r)], b = o.bias ? bias[r] : 0.0;
+            const double s = o.scale;
+            tv = std::fabs(s) * tol[static_cast<size_t>(tk * n_out + r)] +
+                 4.0 * kU * std::fabs(s) * (std::fabs(yv) + std::fabs(b));
+            return s * (yv + b);
+        };
+        double out;
+        if (o.glu) {
+            double tg, tu;
+            const double g = v_of(i, tg), vu = v_of(i + width, tu);
+            const double silu = g / (1.0 + std::exp(-g));
+            out = silu * vu;
+            tl = 1.1 * tg * std::fabs(vu) + std::fabs(silu) * tu + 1.1 * tg * tu + 8.0 * kU * std::fabs(out);
+        } else {
+            out = v_of(i, tl);
+        }
+        if (o.residual) {
+            const double rv = res[static_cast<size_t>(tk * ys + i)];
+            tl += 2.0 * kU * (std::fabs(out) + std::fabs(rv));
+            out += rv;
+        }
+        return out;
+    };
+    Worst w_twin{"vs twin (same activation rounding)"}, w_exact{"vs exact (unrounded activations)"};
+    int64_t gap_changed = 0;
+    for (int tk = 0; tk < n_tok; ++tk) {
+        for (int64_t i = 0; i < ys; ++i) {
+            const float g = y[static_cast<size_t>(tk * ys + i)];
+            if (i >= width) {
+                gap_changed += g != sentinel;
+                continue;
+            }
+            double tl;
+            if (quant && !o.norm) {
+                const double want = finish(y_twin, tol_twin, tk, i, tl);
+                w_twin.add(g, want, tl, tk, i);
+            }
+            const double want = finish(y_exact, tol_exact, tk, i, tl);
+            w_exact.add(g, want, tl, tk, i);
+        }
+    }
+    if (quant && !o.norm) w_twin.report(c);
+    w_exact.report(c);
+    EXPECT_EQ(gap_changed, 0) << c << ": outputs written past the row width (y_stride gaps)";
+}
+
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                        DType::Q4_0, DType::Q4_K, DType::Q6_K};
+
+int64_t odd_n_in(DType t) { return is_quant(t) ? 4096 + 256 : 1000; }
+
+TEST(CudaGemv, AllTypesPlain) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (DType t : kTypes) {
+        for (int n_tok : {1, 2, 3, 5, 8}) {
+            Opts o;
+            o.n_tok = n_tok;
+            o.parts = {37};
+            run_case(rng, t, 256, o);
+            o.parts = {100};
+            run_case(rng, t, odd_n_in(t), o);
+            if (is_quant(t)) {
+                o.random_blocks = true;
+                o.parts = {45};
+                run_case(rng, t, 512, o);
+            }
+        }
+    }
+    // Float types accept any n_in (rows padded on the device).
+    for (DType t : {DType::F32, DType::F16, DType::BF16})
+        for (int64_t n_in : {1, 3, 100, 1000, 1040}) {
+            Opts o;
+            o.parts = {13};
+            o.n_tok = 3;
+            run_case(rng, t, n_in, o);
+        }
+}
+
+TEST(CudaGemv, NormPrologue) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (DType t : kTypes)
+        for (int n_tok : {1, 3, 8})
+            for (bool one_plus : {false, true}) {
+                Opts o;
+                o.n_tok = n_tok;
+                o.norm = true;
+                o.one_plus = one_plus;
+                o.parts = {41};
+                run_case(rng, t, odd_n_in(t), o);
+            }
+}
+
+TEST(CudaGemv, Epilogues) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (DType t : kTypes)
+        for (int n_tok : {1, 2, 8}) {
+            const int64_t n_in = is_quant(t) ? 512 : 264;
+            Opts o;
+            o.n_tok = n_tok;
+            o.parts = {29};
+            o.bias = true;
+            run_case(rng, t, n_in, o);
+            o.scale = 0.75f;
+            run_case(rng, t, n_in, o);
+            o.residual = true;
+            run_case(rng, t, n_in, o);
+            o.alias = true;
+            o.bias = false;
+            run_case(rng, t, n_in, o);
+            // SwiGLU over [gate; up] stacked from two parts, alone and with everything else.
+            Opts g;
+            g.n_tok = n_tok;
+            g.glu = true;
+            g.parts = {35, 35};
+            run_case(rng, t, n_in, g);
+            g.bias = g.norm = g.residual = g.alias = true;
+            g.scale = 1.25f;
+            run_case(rng, t, n_in, g);
+            g.alias = false;
+            g.one_plus = true;
+            run_case(rng, t, n_in, g);
+        }
+}
+
+TEST(CudaGemv, StackedPartsAndStrides) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (DType t : kTypes)
+        for (int n_tok : {1, 3}) {
+            Opts o;
+            o.n_tok = n_tok;
+            o.parts = {64, 16, 0, 17};  // q, k, (an empty part), v
+            o.stride_pad = 64;
+            run_case(rng, t, 256, o);
+            o.x_pad = 32;
+            o.y_pad = 5;
+            o.x_misalign = 1;  // scalar activation loads
+            o.bias = o.residual = true;
+            run_case(rng, t, 256, o);
+            o.x_misalign = 0;
+            o.x_pad = 4;
+            o.norm = true;
+            run_case(rng, t, 256, o);
+        }
+}
+
+// Row groups looped over by fewer CTAs (grid policy 1/SM) and one CTA per group: every output
+// row is computed by the same code in the same order, so the bits agree exactly.
+TEST(CudaGemv, GridPolicyGivesSameBits) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (DType t : kTypes) {
+        for (bool glu : {false, true}) {
+            Opts o;
+            o.n_tok = glu ? 2 : 1;
+            o.glu = glu;
+            o.parts = glu ? std::vector<int64_t>{1500, 1500} : std::vector<int64_t>{3001};
+            o.grid_policy = 1;
+            run_case(rng, t, 512, o);  // checks against the references
+        }
+        test::RandomMatrix m = test::random_matrix(rng, t, 512, 2999, true);
+        cuda::HostRows hr{m.bytes.data(), static_cast<size_t>(row_bytes(t, 512)), 2999};
+        cuda::GpuMatrix gm;
+        const char* err = nullptr;
+        ASSERT_TRUE(cuda::upload_matrix(t, 512, &hr, 1, gm, nullptr, &err)) << err;
+        const std::vector<float> x = test::random_vec(rng, 512 * 3);
+        DeviceBuffer dx = to_device(x), dy(2999 * 3 * sizeof(float));
+        cuda::GemvArgs a;
+        a.x = dx.as<float>();
+        a.n_tok = 3;
+        a.y = dy.as<float>();
+        std::vector<std::vector<float>> outs;
+        for (int pol : {0, 1, 2, 100000}) {
+            cuda::gemv_set_grid_policy(pol);
+            cuda::gemv(gm, a, nullptr);
+            outs.push_back(from_device<float>(dy, 2999 * 3));
+        }
+        cuda::gemv_set_grid_policy(0);
+        for (size_t i = 1; i < outs.size(); ++i)
+            EXPECT_EQ(std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * sizeof(float)), 0)
+                << dtype_name(t) << ": grid policy " << i << " changed the bits";
+        cuda::free_matrix(gm);
+    }
+}
+
+// Activations too large for one launch's shared memory run in token groups.
+TEST(CudaGemv, TokenGroups) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    Opts o;
+    o.n_tok = 8;
+    o.parts = {21};
+    o.bias = o.residual = true;
+    run_case(rng, DType::F32, 20000, o);   // 80 KB per token: groups of 2
+    run_case(rng, DType::F16, 14336, o);   // 56 KB per token: groups of 3, 3, 2
+    run_case(rng, DType::Q8_0, 40960, o);  // 51 KB per token
+    o.norm = true;
+    run_case(rng, DType::Q4_K, 40960, o);
+}
+
+TEST(CudaGemv, GraphCaptureReplays) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    test::RandomMatrix m = test::random_matrix(rng, DType::Q4_K, 1024, 300, true);
+    cuda::HostRows hr{m.bytes.data(), static_cast<size_t>(row_bytes(DType::Q4_K, 1024)), 300};
+    cuda::GpuMatrix gm;
+    const char* err = nullptr;
+    ASSERT_TRUE(cuda::upload_matrix(DType::Q4_K, 1024, &hr, 1, gm, nullptr, &err)) << err;
+    const std::vector<float> x = test::random_vec(rng, 1024 * 2), nw = test::random_vec(rng, 1024);
+    DeviceBuffer dx = to_device(x), dnw = to_device(nw), dy(300 * 2 * sizeof(float)),
+                 dy2(300 * 2 * sizeof(float));
+    cuda::GemvArgs a;
+    a.x = dx.as<float>();
+    a.n_tok = 2;
+    a.norm_w = dnw.as<float>();
+    a.y = dy.as<float>();
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    cuda::gemv(gm, a, s);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    a.y = dy2.as<float>();
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cuda::gemv(gm, a, s);
+    ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(from_device<float>(dy, 600), from_device<float>(dy2, 600));
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    cuda::free_matrix(gm);
+}
+
+TEST(CudaGemv, DequantizeMatrixMatchesReference) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (DType t : kTypes)
+        for (int64_t n_in : {int64_t{256}, int64_t{1024}, int64_t{100}}) {
+            if (is_quant(t) && n_in == 100) continue;
+            for (bool random_blocks : {false, true}) {
+                if (random_blocks && !is_quant(t)) continue;
+                SCOPED_TRACE(testing::Message()
+                             << dtype_name(t) << " n_in=" << n_in << (random_blocks ? " random" : ""));
+                const int64_t rb = row_bytes(t, n_in);
+                test::RandomMatrix a = test::random_matrix(rng, t, n_in, 20, !random_blocks);
+                test::RandomMatrix b = test::random_matrix(rng, t, n_in, 13, !random_blocks);
+                cuda::HostRows hr[2] = {{a.bytes.data(), static_cast<size_t>(rb), 20},
+                                        {b.bytes.data(), static_cast<size_t>(rb), 13}};
+                cuda::GpuMatrix gm;
+                const char* err = nullptr;
+                ASSERT_TRUE(cuda::upload_matrix(t, n_in, hr, 2, gm, nullptr, &err)) << err;
+                const int64_t row0 = 7, n_rows = 33 - 7 - 2;  // across the part boundary
+                std::vector<float> ref(static_cast<size_t>(n_rows * n_in));
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    const int64_t g = row0 + r;
+                    const uint8_t* src = g < 20 ? a.bytes.data() + g * rb : b.bytes.data() + (g - 20) * rb;
+                    ASSERT_TRUE(dequantize_row(t, src, ref.data() + r * n_in, n_in).ok());
+                }
+                for (DType ot : {DType::F32, DType::F16, DType::BF16}) {
+                    const size_t es = ot == DType::F32 ? 4 : 2;
+                    DeviceBuffer out(ref.size() * es);
+                    cuda::dequantize_matrix(gm, row0, n_rows, out.get(), ot, nullptr);
+                    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+                    int64_t bad = 0, first = -1;
+                    if (ot == DType::F32) {
+                        const auto got = from_device<float>(out, ref.size());
+                        for (size_t i = 0; i < ref.size(); ++i)
+                            if (std::memcmp(&got[i], &ref[i], 4) != 0 && !(bad++))
+                                first = static_cast<int64_t>(i);
+                    } else {
+                        const auto got = from_device<uint16_t>(out, ref.size());
+                        for (size_t i = 0; i < ref.size(); ++i) {
+                            const uint16_t want = ot == DType::F16 ? f32_to_f16(ref[i]) : f32_to_bf16(ref[i]);
+                            if (got[i] != want && !(bad++)) first = static_cast<int64_t>(i);
+                        }
+                    }
+                    EXPECT_EQ(bad, 0)
+                        << "out " << dtype_name(ot) << ": " << bad << " elements differ, first at row "
+                        << (first < 0 ? -1 : first / n_in) << " col " << (first < 0 ? -1 : first % n_in)
+                        << " (ref " << (first < 0 ? 0.0f : ref[static_cast<size_t>(first)]) << ")";
+                }
+                cuda::free_matrix(gm);
+            }
+        }
+}
+
+TEST(CudaGemv, UploadRejectsBadInput) {
+    SKIP_WITHOUT_GPU();
+    std::vector<uint8_t> bytes(1 << 16, 0);
+    cuda::HostRows hr{bytes.data(), 1024, 4};
+    cuda::GpuMatrix gm;
+    auto rejects = [&](DType t, int64_t n_in, const cuda::HostRows* p, int n, const char* why) {
+        const char* err = nullptr;
+        EXPECT_FALSE(cuda::upload_matrix(t, n_in, p, n, gm, nullptr, &err)) << why;
+        EXPECT_NE(err, nullptr) << why;
+        if (err) {
+            EXPECT_GT(std::strlen(err), 10u) << why;
+        }
+        EXPECT_EQ(gm.data, nullptr) << why;
+    };
+    EXPECT_FALSE(cuda::gpu_matmul_supported(DType::Q5_K));
+    EXPECT_FALSE(cuda::gpu_matmul_supported(DType::Q4_1));
+    EXPECT_TRUE(cuda::gpu_matmul_supported(DType::Q6_K));
+    rejects(DType::Q5_K, 256, &hr, 1, "unsupported type Q5_K");
+    rejects(DType::Q4_1, 256, &hr, 1, "unsupported type Q4_1");
+    rejects(DType::I32, 256, &hr, 1, "unsupported type I32");
+    rejects(DType::Q4_0, 48, &hr, 1, "n_in not a multiple of 32");
+    rejects(DType::Q4_K, 128, &hr, 1, "n_in not a multiple of 256");
+    rejects(DType::F16, 0, &hr, 1, "n_in = 0");
+    rejects(DType::F16, 256, nullptr, 1, "no parts");
+    rejects(DType::F16, 256, &hr, 0, "zero parts");
+    cuda::HostRows empty{bytes.data(), 1024, 0};
+    rejects(DType::F16, 256, &empty, 1, "no rows");
+    cuda::HostRows null_rows{nullptr, 1024, 4};
+    rejects(DType::F16, 256, &null_rows, 1, "null data");
+    cuda::HostRows short_stride{bytes.data(), 100, 4};
+    rejects(DType::F16, 256, &short_stride, 1, "row stride below the row size");
+    rejects(DType::F32, 1 << 20, &hr, 1, "n_in too large for shared memory");
+    // A good upload after the failures works and reports its bytes.
+    const char* err = nullptr;
+    ASSERT_TRUE(cuda::upload_matrix(DType::F16, 256, &hr, 1, gm, nullptr, &err)) << err;
+    EXPECT_EQ(gm.n_out, 4);
+    EXPECT_EQ(gm.read_bytes, 4u * 512u);
+    cuda::free_matrix(gm);
+    EXPECT_EQ(gm.data, nullptr);
+    cuda::free_matrix(gm);  // no-op on an empty matrix
+}
+
+}  // namespace
+}  // namespace pelican
