@@ -526,9 +526,17 @@ __device__ void gemv_rstd(const GemvParams& p, float (&rstd)[NT]) {
         ss[t] = 0.0f;
         if (t < p.n_tok) {
             const float* row = p.x + t * p.x_stride;
-            for (int f = threadIdx.x; f < nf; f += kGemvThreads) {
-                const float4 v = load_x4(row, f, p.n_in, p.x_vec);
-                ss[t] = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss[t]))));
+            for (int f0 = threadIdx.x; f0 < nf; f0 += 4 * kGemvThreads) {
+                float4 v[4];  // four loads in flight per thread
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int f = f0 + k * kGemvThreads;
+                    v[k] = f < nf ? load_x4(row, f, p.n_in, p.x_vec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    ss[t] = fmaf(v[k].x, v[k].x,
+                                 fmaf(v[k].y, v[k].y, fmaf(v[k].z, v[k].z, fmaf(v[k].w, v[k].w, ss[t]))));
             }
         }
         ss[t] = warp_sum(ss[t]);
@@ -579,10 +587,51 @@ __device__ void gemv_prologue_float(const GemvParams& p, uint8_t* smem) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         uint8_t* xt = smem + t * p.tok_bytes;
-        for (int f = threadIdx.x; f < nf; f += kGemvThreads) {
-            const float4 v = gemv_x4<NT>(p, rstd, t, f);
-            const int off = kNP == 1 ? 16 * f : (f & 1) * p.plane_bytes + 16 * (f >> 1);
-            *reinterpret_cast<float4*>(xt + off) = v;
+        for (int f0 = threadIdx.x; f0 < nf; f0 += 4 * kGemvThreads) {
+            float4 v[4];  // four loads in flight per thread
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int f = f0 + k * kGemvThreads;
+                v[k] = f < nf ? gemv_x4<NT>(p, rstd, t, f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int f = f0 + k * kGemvThreads;
+                const int off = kNP == 1 ? 16 * f : (f & 1) * p.plane_bytes + 16 * (f >> 1);
+                if (f < nf) *reinterpret_cast<float4*>(xt + off) = v[k];
+            }
+        }
+    }
+}
+
+// Quantizes x[4f .. 4f+3] (one lane's quarter of a half-block) with the other 7 lanes of its
+// 32-block (consecutive lanes; all 32 lanes of the warp must call it) into the token area xt.
+template <int kNP>
+__device__ __forceinline__ void quantize4(const GemvParams& p, uint8_t* xt, float4 v, int f, bool active) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float is = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const int q0 = __float2int_rn(__fmul_rn(v.x, is));
+    const int q1 = __float2int_rn(__fmul_rn(v.y, is));
+    const int q2 = __float2int_rn(__fmul_rn(v.z, is));
+    const int q3 = __float2int_rn(__fmul_rn(v.w, is));
+    const uint32_t word = (static_cast<uint32_t>(q0) & 0xffu) | (static_cast<uint32_t>(q1) & 0xffu) << 8 |
+                          (static_cast<uint32_t>(q2) & 0xffu) << 16 | (static_cast<uint32_t>(q3) << 24);
+    int s = q0 + q1 + q2 + q3;
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    const int s_hi = __shfl_xor_sync(0xffffffffu, s, 4);
+    if (active) {
+        const int blk = f >> 3, sub = f & 7, half = sub >> 2;
+        const int plane = kNP == 2 ? half : (blk & 1) + 2 * half;
+        const int idx = kNP == 2 ? blk : blk >> 1;
+        *reinterpret_cast<uint32_t*>(xt + plane * p.plane_bytes + 16 * idx + 4 * (sub & 3)) = word;
+        if (sub == 0) {
+            const uint32_t sums = (static_cast<uint32_t>(s) & 0xffffu) | (static_cast<uint32_t>(s_hi) << 16);
+            *reinterpret_cast<uint2*>(xt + p.meta_off + 8 * blk) = make_uint2(__float_as_uint(d), sums);
         }
     }
 }
@@ -597,38 +646,17 @@ __device__ void gemv_prologue_quant(const GemvParams& p, uint8_t* smem) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         uint8_t* xt = smem + t * p.tok_bytes;
-        for (int f0 = 0; f0 < nf; f0 += kGemvThreads) {
-            const int f = f0 + static_cast<int>(threadIdx.x);
-            const bool active = f < nf;  // whole 8-lane groups are active or not
-            const float4 v = active ? gemv_x4<NT>(p, rstd, t, f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-            const float d = __fdiv_rn(amax, 127.0f);
-            const float is = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            const int q0 = __float2int_rn(__fmul_rn(v.x, is));
-            const int q1 = __float2int_rn(__fmul_rn(v.y, is));
-            const int q2 = __float2int_rn(__fmul_rn(v.z, is));
-            const int q3 = __float2int_rn(__fmul_rn(v.w, is));
-            const uint32_t word =
-                (static_cast<uint32_t>(q0) & 0xffu) | (static_cast<uint32_t>(q1) & 0xffu) << 8 |
-                (static_cast<uint32_t>(q2) & 0xffu) << 16 | (static_cast<uint32_t>(q3) << 24);
-            int s = q0 + q1 + q2 + q3;
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            const int s_hi = __shfl_xor_sync(0xffffffffu, s, 4);
-            if (active) {
-                const int blk = f >> 3, sub = f & 7, half = sub >> 2;
-                const int plane = kNP == 2 ? half : (blk & 1) + 2 * half;
-                const int idx = kNP == 2 ? blk : blk >> 1;
-                *reinterpret_cast<uint32_t*>(xt + plane * p.plane_bytes + 16 * idx + 4 * (sub & 3)) = word;
-                if (sub == 0) {
-                    const uint32_t sums =
-                        (static_cast<uint32_t>(s) & 0xffffu) | (static_cast<uint32_t>(s_hi) << 16);
-                    *reinterpret_cast<uint2*>(xt + p.meta_off + 8 * blk) =
-                        make_uint2(__float_as_uint(d), sums);
-                }
+        for (int f0 = 0; f0 < nf; f0 += 4 * kGemvThreads) {
+            float4 v[4];  // four loads in flight per thread
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int f = f0 + k * kGemvThreads + static_cast<int>(threadIdx.x);
+                v[k] = f < nf ? gemv_x4<NT>(p, rstd, t, f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int f = f0 + k * kGemvThreads + static_cast<int>(threadIdx.x);
+                quantize4<kNP>(p, xt, v[k], f, f < nf);  // whole 8-lane groups are active or not
             }
         }
     }
