@@ -228,7 +228,9 @@ void run_case(Rng& rng, DType t, int64_t n_in, const Opts& o) {
     cuda::gemv_set_grid_policy(o.grid_policy);
     cuda::gemv(gm, a, nullptr);
     cuda::gemv_set_grid_policy(0);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    // A fault here (illegal address) poisons the context: name the case before anything else runs.
+    const cudaError_t st = cudaDeviceSynchronize();
+    ASSERT_EQ(st, cudaSuccess) << c << ": " << cudaGetErrorString(st);
     const std::vector<float> y = from_device<float>(dy, ybuf.size());
     cuda::free_matrix(gm);
 
