@@ -100,7 +100,7 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
     int64_t n_tok = 512;
     int iters = 10;
-    std::string types = "q4_k,q8_0,q4_0,q6_k,bf16,f16", tiles = "32,64,128,256";
+    std::string types = "q4_k,q8_0,q4_0,q6_k,bf16,f16", tiles = "16,32,64,128,256";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i];
         if (a == "--tok")

@@ -153,8 +153,11 @@ void PrefillMatmul::run(const GpuMatrix& w, const float* x, int64_t n_tok, float
     int64_t rows = static_cast<int64_t>(w_tile_bytes_ / row_bytes);
     if (rows >= n_out) {
         rows = n_out;
-    } else if (rows >= kRowQuantum) {
+    } else if (rows >= kRowQuantum) {  // balanced tiles of whole quanta (no tiny last GEMM)
         rows -= rows % kRowQuantum;
+        const int64_t n_tiles = (n_out + rows - 1) / rows;
+        const int64_t even = (n_out + n_tiles - 1) / n_tiles;
+        rows = std::min(rows, (even + kRowQuantum - 1) / kRowQuantum * kRowQuantum);
     } else if (rows < 1) {
         fail("weight tile scratch holds no row");
     }
