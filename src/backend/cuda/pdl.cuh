@@ -1,0 +1,61 @@
+// Programmatic dependent launch (PDL, sm_90): lets kernel N+1's CTAs start while kernel N drains,
+// so N+1 can prefetch data that does not depend on N (weights) before it waits. Private to the
+// .cu files of the backend. Rules for a kernel launched with launch_pdl():
+//   * call pdl_wait() in EVERY CTA before the first read of a buffer an earlier kernel writes,
+//     and before any write to a buffer an earlier kernel reads (and before any early return);
+//   * before pdl_wait() only read data no kernel in the step writes (weights, tables);
+//   * call pdl_trigger() once its own dependent data has been read (or at the start): the next
+//     PDL kernel's CTAs may then be scheduled (they still wait for this grid's completion and
+//     memory flush in their own pdl_wait()).
+// Kernels launched normally may call both (they are no-ops then). PELICAN_PDL=0 in the
+// environment disables the attribute (every launch fully serialised) for debugging.
+#pragma once
+
+#include <cstdlib>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace pelican::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// True unless PELICAN_PDL=0 (read once).
+inline bool pdl_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("PELICAN_PDL");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-stream-
+// serialization attribute (when enabled). Checked. Graph-capturable.
+template <typename... KArgs, typename... Args>
+inline void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    PELICAN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace pelican::cuda
