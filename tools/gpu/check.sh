@@ -26,6 +26,9 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$(pwd)
+# The GPU image has no apt: Debian packages carried in third_party/debs (tools/gpu/fetch_deps.sh).
+# shellcheck source=tools/gpu/deps_env.sh
+. tools/gpu/deps_env.sh
 
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
