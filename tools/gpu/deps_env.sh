@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced on the GPU machine (by tools/gpu/check.sh): unpacks the Debian packages carried in
 # third_party/debs (see tools/gpu/fetch_deps.sh) into /opt/pdeps and points CMake, pkg-config
 # and the loader at them. Nothing is installed into / (the image's own libraries stay as they are).
