@@ -1,9 +1,16 @@
 #!/usr/bin/env python3
-"""Golden fixtures for pelican's Llama-family tests, made with Hugging Face transformers.
+"""Golden fixtures for pelican's model tests, made with Hugging Face transformers.
 
 Runs on the GPU machine (it has torch + transformers; no downloads needed, everything is random-init):
 
     python3 tools/golden/make_golden.py --out /tmp/golden && tar -C /tmp -cf golden.tar golden
+    python3 tools/golden/make_golden.py --out /tmp/golden --only qwen3_5_moe,qwen3_5   # just those
+
+--only takes variant names (comma-separated) from VARIANTS and HYBRID_VARIANTS; --out defaults to
+tests/golden of this checkout. The hybrid Qwen3.5 variants (Gated DeltaNet + gated attention, MoE or
+dense MLP) go to <out>/hybrid/<name>/ (see make_hybrid_variant for their extra reference tensors);
+they reuse the tokenizer of the committed tests/golden/qwen3 fixture when it is there (so nothing else
+changes), else the one trained here.
 
 For each architecture variant it writes tests/golden/<name>/:
   config.json, model.safetensors (f32), generation_config.json   the HF model folder
@@ -19,6 +26,8 @@ import glob
 import json
 import os
 import random
+import shutil
+import sys
 
 import torch
 import transformers
@@ -135,16 +144,228 @@ def make_variant(index, name, overrides, out_root, tok_dir, tok):
     print(f"{name:20s} params {meta['n_params']:8d}  greedy: {meta['greedy_text']!r}")
 
 
+# ---- hybrid Qwen3.5 (Gated DeltaNet + gated full attention; MoE or dense MLP) ------------------------
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+# 4 layers with full_attention_interval 4: layers 0-2 are Gated DeltaNet, layer 3 gated full attention.
+# head_dim 64 with partial rotary 0.25 (16 rotated dims, mrope_section sums to 8 as in real configs);
+# linear heads 2 key / 4 value of 16; MoE: 8 experts top-2 (width 32) + a shared expert of a different
+# width (48), so a swapped expert/shared size changes the shapes.
+HYBRID_BASE = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=64, max_position_embeddings=512, rms_norm_eps=1e-6,
+                   hidden_act="silu", tie_word_embeddings=False, initializer_range=0.1,
+                   linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                   linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                   layer_types=["linear_attention"] * 3 + ["full_attention"],
+                   rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25,
+                                        mrope_section=[3, 3, 2], mrope_interleaved=True),
+                   bos_token_id=1, eos_token_id=2, pad_token_id=None)
+
+HYBRID_VARIANTS = {
+    "qwen3_5_moe": dict(text_model_type="qwen3_5_moe_text",
+                        config_classes=("Qwen3_5MoeTextConfig",),
+                        model_classes=("Qwen3_5MoeForCausalLM",),
+                        overrides=dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                       shared_expert_intermediate_size=48)),
+    "qwen3_5": dict(text_model_type="qwen3_5_text",
+                    config_classes=("Qwen3_5TextConfig",),
+                    model_classes=("Qwen3_5ForCausalLM",),
+                    overrides=dict(intermediate_size=96)),
+}
+
+# A prompt of well over 100 tokens of this 512-token vocabulary, so the chunked (64-token) prefill
+# crosses a chunk boundary before the 32 greedy decode steps run the recurrent path.
+HYBRID_PROMPT = (
+    "class GatedDeltaNet(nn.Module):\n"
+    "    def __init__(self, config, layer_idx):\n"
+    "        super().__init__()\n"
+    "        self.hidden_size = config.hidden_size\n"
+    "        self.num_heads = config.num_attention_heads\n"
+    "        self.head_dim = config.head_dim\n"
+    "        self.layer_idx = layer_idx\n"
+    "        self.q_proj = nn.Linear(self.hidden_size, self.num_heads * self.head_dim, bias=False)\n"
+    "        self.k_proj = nn.Linear(self.hidden_size, self.num_heads * self.head_dim, bias=False)\n"
+    "    def forward(self, hidden_states, attention_mask=None, position_ids=None):\n"
+    "        batch_size, seq_len, _ = hidden_states.shape\n"
+    "        query_states = self.q_proj(hidden_states)\n"
+    "        key_states = self.k_proj(hidden_states)\n"
+    "        return "
+)
+
+
+def find_class(names, what):
+    """The first of `names` that this transformers has; a clear error listing what it has otherwise."""
+    for n in names:
+        cls = getattr(transformers, n, None)
+        if cls is not None:
+            return cls
+    have = sorted(a for a in dir(transformers) if a.lower().startswith("qwen3_5") or a.lower().startswith("qwen3next"))
+    print(f"make_golden.py: none of {list(names)} ({what}) in transformers {transformers.__version__}; "
+          f"Qwen3.5-related names it has: {have}", file=sys.stderr)
+    return None
+
+
+def build_hybrid_model(spec):
+    cfg_dict = dict(HYBRID_BASE)
+    cfg_dict.update(spec["overrides"])
+    config_cls = find_class(spec["config_classes"], "text config class")
+    model_cls = find_class(spec["model_classes"], "text-only causal LM class")
+    if config_cls is not None:
+        config = config_cls(**cfg_dict)
+    else:
+        print(f"  falling back to AutoConfig.for_model({spec['text_model_type']!r})", file=sys.stderr)
+        config = transformers.AutoConfig.for_model(spec["text_model_type"], **cfg_dict)
+    config._attn_implementation = "eager"
+    if model_cls is not None:
+        model = model_cls(config)
+    else:
+        print("  falling back to AutoModelForCausalLM.from_config", file=sys.stderr)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    if list(config.layer_types) != HYBRID_BASE["layer_types"]:
+        raise SystemExit(f"make_golden.py: layer_types came out as {config.layer_types}")
+    return config, model.to(torch.float32)
+
+
+def perturb_hybrid(model, gen):
+    """Random norm weights and gates, so miswired norms, gates or decays change the logits.
+
+    Zero-centred RMSNorms (y = x/rms * (1 + w)) get w ~ 0.2 N(0,1); the gated output norm of the
+    DeltaNet (linear_attn.norm, plain weight) gets 1 + 0.2 N(0,1). A_log is set so the per-token decay
+    exp(g) stays mostly in (0.3, 1): the recurrent state then carries information across the 64-token
+    chunk boundaries instead of forgetting it within a few tokens; dt_bias ~ 0.5 N(0,1).
+    """
+    def randn(shape):
+        return torch.randn(shape, generator=gen, dtype=torch.float64)
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("linear_attn.norm.weight"):
+                p.copy_((1.0 + 0.2 * randn(p.shape)).to(p.dtype))
+            elif "norm" in name and name.endswith("weight"):
+                p.copy_((0.2 * randn(p.shape)).to(p.dtype))
+            elif name.endswith("A_log"):
+                u = torch.rand(p.shape, generator=gen, dtype=torch.float64)
+                p.copy_(torch.log(0.05 + 0.6 * u).to(p.dtype))
+            elif name.endswith("dt_bias"):
+                p.copy_((0.5 * randn(p.shape)).to(p.dtype))
+            elif name.endswith("bias"):
+                p.copy_((0.1 * randn(p.shape)).to(p.dtype))
+
+
+def make_hybrid_variant(seed_index, name, spec, out_root, tok_dir, tok):
+    """One hybrid fixture: the HF folder plus reference.safetensors with
+
+      tokens_a [150] i32, logits_a [150, V]   random tokens: the chunked prefill crosses two 64-chunk
+                                              boundaries (the C++ test also runs them token by token)
+      tokens_b [17] i32, logits_b [17, V]
+      greedy_prompt [P >= 100] i32, greedy_prompt_logits [P, V]   full forward over the prompt text
+      greedy_tokens [32] i32, greedy_step_logits [32, V]          generate(): step 0 = the prefill's
+                                              last row, step i = the logits of decode step i (recurrent path)
+
+    All logits come from the model in float64 on the CPU (transformers runs the DeltaNet kernels,
+    norms and router softmax in fp32 inside it), stored as f32.
+    """
+    seed = SEED + seed_index
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    try:
+        config, model = build_hybrid_model(spec)
+    except Exception as e:  # noqa: BLE001 - report which variant and why, then stop
+        raise SystemExit(f"make_golden.py: cannot build {name}: {type(e).__name__}: {e}")
+    perturb_hybrid(model, gen)
+    model.eval()
+
+    out = os.path.join(out_root, name)
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for f in TOKENIZER_FILES:
+        shutil.copyfile(os.path.join(tok_dir, f), os.path.join(out, f))
+
+    rng = random.Random(seed)
+    tokens_a = [rng.randrange(5, VOCAB) for _ in range(150)]
+    tokens_b = [rng.randrange(5, VOCAB) for _ in range(17)]
+    prompt = tok.encode(HYBRID_PROMPT).ids
+    if len(prompt) < 100:
+        raise SystemExit(f"make_golden.py: the hybrid prompt has only {len(prompt)} tokens (need >= 100)")
+    m64 = model.to(torch.float64)
+    with torch.no_grad():
+        la = m64(torch.tensor([tokens_a])).logits[0].to(torch.float32)
+        lb = m64(torch.tensor([tokens_b])).logits[0].to(torch.float32)
+        lp = m64(torch.tensor([prompt])).logits[0].to(torch.float32)
+        gen_out = m64.generate(torch.tensor([prompt]), max_new_tokens=32, min_new_tokens=32, do_sample=False,
+                               eos_token_id=None, pad_token_id=0, return_dict_in_generate=True,
+                               output_logits=True)
+        g = gen_out.sequences[0, len(prompt):].tolist()
+        if len(g) != 32:
+            raise SystemExit(f"make_golden.py: generate returned {len(g)} tokens, expected 32")
+        steps = getattr(gen_out, "logits", None)
+        if steps is None:  # older transformers: raw logits are not kept; scores equal them under greedy
+            steps = gen_out.scores
+        ls = torch.stack([s[0] for s in steps]).to(torch.float32)
+        # Sanity: generate's cached path (chunked prefill + recurrent decode) against one full forward
+        # over prompt + continuation (chunked only).
+        full = m64(torch.tensor([prompt + g[:-1]])).logits[0, len(prompt) - 1:].to(torch.float32)
+        cache_diff = ((full - ls).abs().max() / full.abs().max()).item()
+        prefill_diff = ((lp[-1] - ls[0]).abs().max() / lp[-1].abs().max()).item()
+    if [int(t) for t in ls.argmax(-1).tolist()] != g:
+        raise SystemExit(f"make_golden.py: {name}: greedy tokens are not the argmax of the step logits")
+    save_file({
+        "tokens_a": torch.tensor(tokens_a, dtype=torch.int32), "logits_a": la.contiguous(),
+        "tokens_b": torch.tensor(tokens_b, dtype=torch.int32), "logits_b": lb.contiguous(),
+        "greedy_prompt": torch.tensor(prompt, dtype=torch.int32), "greedy_prompt_logits": lp.contiguous(),
+        "greedy_tokens": torch.tensor(g, dtype=torch.int32), "greedy_step_logits": ls.contiguous(),
+    }, os.path.join(out, "reference.safetensors"))
+    meta = dict(variant=name, model_type=config.model_type, architectures=list(config.architectures or []),
+                model_class=type(model).__name__, seed=seed, torch=torch.__version__,
+                transformers=transformers.__version__, tokens_a=tokens_a, tokens_b=tokens_b,
+                greedy_prompt_text=HYBRID_PROMPT, greedy_prompt=prompt, greedy_tokens=g,
+                greedy_text=tok.decode(g), n_params=sum(p.numel() for p in model.parameters()),
+                layer_types=list(config.layer_types),
+                hf_cached_vs_full_max_rel=cache_diff, hf_prefill_vs_step0_max_rel=prefill_diff)
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(meta, f, indent=1, ensure_ascii=False)
+    print(f"{name:20s} params {meta['n_params']:8d}  prompt {len(prompt)} tokens  HF cached-vs-full "
+          f"{cache_diff:.1e}  greedy: {meta['greedy_text']!r}")
+
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default=os.path.join(REPO, "tests", "golden"),
+                    help="output folder (default: tests/golden of this checkout)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated variant names (default: all); known: "
+                         + ", ".join(list(VARIANTS) + list(HYBRID_VARIANTS)))
     args = ap.parse_args()
+    only = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in only if n not in VARIANTS and n not in HYBRID_VARIANTS]
+    if unknown:
+        sys.exit(f"make_golden.py: unknown variant(s) {unknown}; known: {list(VARIANTS) + list(HYBRID_VARIANTS)}")
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, out {args.out}")
     torch.use_deterministic_algorithms(True)
     tok_dir = os.path.join(args.out, "_tokenizer")
     os.makedirs(tok_dir, exist_ok=True)
-    tok = train_tokenizer(tok_dir)
+    dense = [n for n in VARIANTS if not only or n in only]
+    hybrid = [n for n in HYBRID_VARIANTS if not only or n in only]
+    committed = os.path.join(REPO, "tests", "golden", "qwen3")
+    if not dense and all(os.path.exists(os.path.join(committed, f)) for f in TOKENIZER_FILES):
+        # Only hybrid variants: reuse the committed fixtures' tokenizer, so they share one vocabulary.
+        for f in TOKENIZER_FILES:
+            shutil.copyfile(os.path.join(committed, f), os.path.join(tok_dir, f))
+        tok = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+        print(f"tokenizer: copied from {committed}")
+    else:
+        tok = train_tokenizer(tok_dir)
     for index, (name, overrides) in enumerate(VARIANTS.items()):
-        make_variant(index, name, overrides, args.out, tok_dir, tok)
+        if name in dense:
+            make_variant(index, name, overrides, args.out, tok_dir, tok)
+    for index, name in enumerate(HYBRID_VARIANTS):
+        if name in hybrid:
+            make_hybrid_variant(100 + index, name, HYBRID_VARIANTS[name], os.path.join(args.out, "hybrid"),
+                                tok_dir, tok)
 
 
 if __name__ == "__main__":
