@@ -6,7 +6,8 @@
 //     time; % of copy bandwidth. The calls include the fused RMSNorm prologue.
 //     Each call cycles through enough copies of the matrix (>= 512 MiB in all) that its weights
 //     come from HBM, not from the 50 MB L2.
-//   * a grid-policy sweep (CTAs per SM) on two large shapes, for tuning.
+//     "guess us": the built-in variant choice; "tuned us": after gemv_autotune on that shape.
+//   * the autotuner's time for every kernel variant per shape (unless --no-sweep).
 //
 //   cuda_gemv_bench [--quick] [--types q4_0,q6_k,...] [--no-sweep]
 // --quick: fewer repetitions, n_tok = 1 only, no sweep.
@@ -141,6 +142,22 @@ public:
     }
     size_t read_bytes() const { return mats_[0].read_bytes; }
 
+    // gemv_autotune on the first copy with the call shape of time(): microseconds per variant
+    // (negative: not timed); returns the chosen variant, also set on every copy.
+    int tune(int n_tok, std::vector<float>& us) {
+        cuda::GemvArgs a;
+        a.n_tok = n_tok;
+        a.norm_w = nw_.as<float>();
+        a.glu = s_.glu;
+        us.assign(static_cast<size_t>(cuda::gemv_variant_count()), -1.0f);
+        cuda::gemv_autotune(mats_[0], a, st_, us.data());
+        for (auto& m : mats_) m.gemv_variant = mats_[0].gemv_variant;
+        return mats_[0].gemv_variant;
+    }
+    void set_variant(int v) {
+        for (auto& m : mats_) m.gemv_variant = v;
+    }
+
     // Median microseconds per call: graphs of kCalls calls (first) and plain launches (second).
     std::pair<double, double> time(int n_tok, int reps) {
         cuda::GemvArgs a;
@@ -234,44 +251,50 @@ int main(int argc, char** argv) {
     // Each graph replay is 20 calls; reps replays (>= 100 calls) per figure.
     const int reps = quick ? 5 : 10;
     std::mt19937 gen(1234);
-    std::printf("%-6s %-18s %5s %9s %9s %8s %9s %7s %5s\n", "type", "shape", "n_tok", "MB", "graph us",
-                "GB/s", "plain us", "% copy", "goal");
+    std::printf("%-6s %-18s %5s %9s %9s %9s %8s %9s %7s %5s  %s\n", "type", "shape", "n_tok", "MB",
+                "guess us", "tuned us", "GB/s", "plain us", "% copy", "goal", "variant (tuned)");
+    std::vector<std::string> tune_lines;
     for (DType t : types) {
         for (const Shape& s : shapes) {
             Bench b(t, s, gen);
             for (int n_tok : {1, 4}) {
                 if (quick && n_tok != 1) continue;
+                b.set_variant(-1);  // the built-in guess
+                const double guess_us = b.time(n_tok, reps).first;
+                std::vector<float> us;
+                const int v = b.tune(n_tok, us);
                 const auto [graph_us, plain_us] = b.time(n_tok, reps);
                 const double gbs = static_cast<double>(b.read_bytes()) / (graph_us * 1e-6) / 1e9;
                 const double pct = bw > 0 ? 100.0 * gbs / bw : 0.0;
                 // Issue 5's goal: >= 85% of copy bandwidth on the large shapes at n_tok = 1.
                 const bool goal_shape = n_tok == 1 && s.n_out * s.n_in >= int64_t{14336} * 4096;
-                std::printf("%-6s %-18s %5d %9.1f %9.2f %8.0f %9.2f %6.1f%% %5s\n",
+                std::printf("%-6s %-18s %5d %9.1f %9.2f %9.2f %8.0f %9.2f %6.1f%% %5s  %s\n",
                             std::string(dtype_name(t)).c_str(), s.name, n_tok,
-                            static_cast<double>(b.read_bytes()) / 1e6, graph_us, gbs, plain_us, pct,
-                            goal_shape ? (pct >= 85.0 ? "met" : "MISS") : "-");
+                            static_cast<double>(b.read_bytes()) / 1e6, guess_us, graph_us, gbs, plain_us, pct,
+                            goal_shape ? (pct >= 85.0 ? "met" : "MISS") : "-", cuda::gemv_variant_name(v));
                 std::fflush(stdout);
+                if (sweep) {
+                    std::string line = std::string(dtype_name(t)) + " " + s.name +
+                                       " n_tok=" + std::to_string(n_tok) + " ->" +
+                                       cuda::gemv_variant_name(v) + ":";
+                    char buf[64];
+                    for (int i = 0; i < static_cast<int>(us.size()); ++i) {
+                        if (us[static_cast<size_t>(i)] < 0) continue;
+                        std::snprintf(buf, sizeof buf, " %s=%.2f", cuda::gemv_variant_name(i),
+                                      static_cast<double>(us[static_cast<size_t>(i)]));
+                        line += buf;
+                    }
+                    tune_lines.push_back(line);
+                }
             }
         }
     }
     if (sweep) {
         std::printf(
-            "\ngrid policy sweep (n_tok = 1, graph us per call; CTAs per SM; 0 = occupancy, the default)\n");
-        std::printf("%-6s %-18s %8s %8s %8s %8s %8s\n", "type", "shape", "0", "1", "2", "4", "1grp/CTA");
-        const Shape sweep_shapes[] = {shapes[1], shapes[2], shapes[0]};
-        for (DType t : {DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::F16}) {
-            for (const Shape& s : sweep_shapes) {
-                Bench b(t, s, gen);
-                std::printf("%-6s %-18s", std::string(dtype_name(t)).c_str(), s.name);
-                for (int pol : {0, 1, 2, 4, 1 << 20}) {
-                    cuda::gemv_set_grid_policy(pol);
-                    std::printf(" %8.2f", b.time(1, 5).first);
-                    std::fflush(stdout);
-                }
-                cuda::gemv_set_grid_policy(0);
-                std::printf("\n");
-            }
-        }
+            "\nautotune times (us per call, cudaEvents over rotated weight copies; variant rRuUkK/P: R rows\n"
+            "per warp, U 16-byte units in flight per row and lane, K split-K warps, P CTAs/SM, occ = "
+            "occupancy)\n");
+        for (const std::string& l : tune_lines) std::printf("%s\n", l.c_str());
     }
     return 0;
 }

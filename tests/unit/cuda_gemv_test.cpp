@@ -116,6 +116,7 @@ struct Opts {
     int x_misalign = 0;            // floats: x starts this far past a 16-byte boundary
     int64_t stride_pad = 0;        // extra bytes per row of odd-numbered host parts
     int grid_policy = 0;
+    int variant = -1;  // forced kernel variant (cuda::gemv_force_variant); -1: the normal choice
     std::string describe(DType t, int64_t n_in) const {
         std::string s = std::string(dtype_name(t)) + " n_in=" + std::to_string(n_in) + " parts=";
         for (int64_t p : parts) s += std::to_string(p) + ",";
@@ -129,6 +130,7 @@ struct Opts {
         if (x_pad || y_pad || x_misalign) s += " strided";
         if (stride_pad) s += " padded-host-rows";
         if (grid_policy) s += " grid=" + std::to_string(grid_policy) + "/SM";
+        if (variant >= 0) s += std::string(" variant=") + cuda::gemv_variant_name(variant);
         return s;
     }
 };
@@ -226,7 +228,9 @@ void run_case(Rng& rng, DType t, int64_t n_in, const Opts& o) {
     a.y = dy.as<float>();
     a.y_stride = o.y_pad ? ys : 0;
     cuda::gemv_set_grid_policy(o.grid_policy);
+    cuda::gemv_force_variant(o.variant);
     cuda::gemv(gm, a, nullptr);
+    cuda::gemv_force_variant(-1);
     cuda::gemv_set_grid_policy(0);
     // A fault here (illegal address) poisons the context: name the case before anything else runs.
     const cudaError_t st = cudaDeviceSynchronize();
@@ -450,6 +454,165 @@ TEST(CudaGemv, GridPolicyGivesSameBits) {
                 << dtype_name(t) << ": grid policy " << i << " changed the bits";
         cuda::free_matrix(gm);
     }
+}
+
+// Every decode kernel variant (rows per warp, units in flight, split-K, grid policy) against the
+// references: long rows with a tail chunk, the short (n_in <= 4096) and long norm prologues,
+// glu with every epilogue, and more rows than one CTA covers.
+TEST(CudaGemv, EveryVariant) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (DType t : kTypes)
+        for (int v = 0; v < cuda::gemv_variant_count(); ++v) {
+            const bool q = is_quant(t);
+            Opts o;
+            o.variant = v;
+            o.parts = {300};
+            run_case(rng, t, q ? 4096 + 768 : 1000, o);  // several chunks, a partial last one
+            o.norm = true;
+            o.parts = {37};
+            run_case(rng, t, q ? 4096 : 1040, o);  // short prologue (quantized)
+            o.one_plus = true;
+            run_case(rng, t, q ? 8192 + 256 : 264, o);  // long prologue
+            Opts g;
+            g.variant = v;
+            g.glu = true;
+            g.parts = {67, 67};
+            g.bias = g.norm = g.residual = g.alias = true;
+            g.scale = 1.25f;
+            run_case(rng, t, q ? 1024 : 520, g);
+            Opts r;
+            r.variant = v;
+            r.parts = {40, 9};
+            r.bias = r.residual = true;
+            r.x_misalign = 1;  // scalar activation loads
+            run_case(rng, t, 256, r);
+            if (v % 3 == 0) {  // token counts > 1 take the variant's grid policy only
+                r.n_tok = 3;
+                run_case(rng, t, 256, r);
+            }
+        }
+}
+
+// A chain of dependent PDL-launched GEMVs (y1 = W rms_norm(x); y2 += W y1; y1 = W y2) captured
+// in a graph equals the same chain launched eagerly, for every variant.
+TEST(CudaGemv, GraphCapturePdlChain) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (DType t : {DType::Q4_0, DType::Q6_K, DType::F16}) {
+        constexpr int64_t n = 1024;
+        test::RandomMatrix m = test::random_matrix(rng, t, n, n, true);
+        cuda::HostRows hr{m.bytes.data(), static_cast<size_t>(row_bytes(t, n)), n};
+        cuda::GpuMatrix gm;
+        const char* err = nullptr;
+        ASSERT_TRUE(cuda::upload_matrix(t, n, &hr, 1, gm, nullptr, &err)) << err;
+        const std::vector<float> x = test::random_vec(rng, n), nw = test::random_vec(rng, n),
+                                 y2_0 = test::random_vec(rng, n);
+        DeviceBuffer dx = to_device(x), dnw = to_device(nw), dy1(n * sizeof(float)), dy2 = to_device(y2_0);
+        cudaStream_t s;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+        auto chain = [&] {
+            cuda::GemvArgs a;
+            a.x = dx.as<float>();
+            a.norm_w = dnw.as<float>();
+            a.y = dy1.as<float>();
+            cuda::gemv(gm, a, s);
+            cuda::GemvArgs b;
+            b.x = dy1.as<float>();
+            b.scale = 0.01f;
+            b.residual = dy2.as<float>();
+            b.y = dy2.as<float>();
+            cuda::gemv(gm, b, s);
+            cuda::GemvArgs c;
+            c.x = dy2.as<float>();
+            c.scale = 0.01f;
+            c.y = dy1.as<float>();
+            cuda::gemv(gm, c, s);
+        };
+        for (int v = 0; v < cuda::gemv_variant_count(); ++v) {
+            cuda::gemv_force_variant(v);
+            ASSERT_EQ(cudaMemcpy(dy2.get(), y2_0.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                      cudaSuccess);
+            chain();
+            ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << cuda::gemv_variant_name(v);
+            const std::vector<float> eager1 = from_device<float>(dy1, n), eager2 = from_device<float>(dy2, n);
+            ASSERT_EQ(cudaMemcpy(dy2.get(), y2_0.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                      cudaSuccess);
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+            chain();
+            ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+            ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+            ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+            ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << cuda::gemv_variant_name(v);
+            EXPECT_EQ(from_device<float>(dy1, n), eager1)
+                << dtype_name(t) << " " << cuda::gemv_variant_name(v);
+            EXPECT_EQ(from_device<float>(dy2, n), eager2)
+                << dtype_name(t) << " " << cuda::gemv_variant_name(v);
+            cudaGraphExecDestroy(ge);
+            cudaGraphDestroy(g);
+        }
+        cuda::gemv_force_variant(-1);
+        cudaStreamDestroy(s);
+        cuda::free_matrix(gm);
+    }
+}
+
+// gemv_autotune picks a valid variant, gemv then uses it (same bits as forcing it), and tuning
+// inside a stream capture is skipped.
+TEST(CudaGemv, AutotuneChoosesAVariant) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    constexpr int64_t n_in = 2048, n_out = 700;
+    test::RandomMatrix m = test::random_matrix(rng, DType::Q4_0, n_in, n_out, true);
+    cuda::HostRows hr{m.bytes.data(), static_cast<size_t>(row_bytes(DType::Q4_0, n_in)), n_out};
+    cuda::GpuMatrix gm;
+    const char* err = nullptr;
+    ASSERT_TRUE(cuda::upload_matrix(DType::Q4_0, n_in, &hr, 1, gm, nullptr, &err)) << err;
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    cuda::GemvArgs shape;
+    static const float flag = 0.0f;
+    shape.norm_w = &flag;  // never dereferenced
+    std::vector<float> times(static_cast<size_t>(cuda::gemv_variant_count()));
+    cuda::gemv_autotune(gm, shape, s, times.data());
+    ASSERT_GE(gm.gemv_variant, 0);
+    ASSERT_LT(gm.gemv_variant, cuda::gemv_variant_count());
+    for (float us : times) EXPECT_GT(us, 0.0f);
+    const std::vector<float> x = test::random_vec(rng, n_in), nw = test::random_vec(rng, n_in);
+    DeviceBuffer dx = to_device(x), dnw = to_device(nw), dy(n_out * sizeof(float));
+    cuda::GemvArgs a;
+    a.x = dx.as<float>();
+    a.norm_w = dnw.as<float>();
+    a.y = dy.as<float>();
+    cuda::gemv(gm, a, s);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const std::vector<float> tuned = from_device<float>(dy, n_out);
+    cuda::gemv_force_variant(gm.gemv_variant);
+    cuda::gemv(gm, a, s);
+    cuda::gemv_force_variant(-1);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(from_device<float>(dy, n_out), tuned);
+    // Cached: a second matrix of the same shape gets the same choice without timing.
+    cuda::GpuMatrix gm2;
+    ASSERT_TRUE(cuda::upload_matrix(DType::Q4_0, n_in, &hr, 1, gm2, nullptr, &err)) << err;
+    cuda::gemv_autotune(gm2, shape, s);
+    EXPECT_EQ(gm2.gemv_variant, gm.gemv_variant);
+    // Inside a capture: nothing happens (and the capture stays valid).
+    cuda::GpuMatrix gm3;
+    ASSERT_TRUE(cuda::upload_matrix(DType::Q4_0, n_in, &hr, 1, gm3, nullptr, &err)) << err;
+    cudaGraph_t g;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cuda::gemv_autotune(gm3, shape, s);
+    cuda::gemv(gm3, a, s);
+    ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    EXPECT_EQ(gm3.gemv_variant, -1);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    cuda::free_matrix(gm);
+    cuda::free_matrix(gm2);
+    cuda::free_matrix(gm3);
 }
 
 // Activations too large for one launch's shared memory run in token groups.

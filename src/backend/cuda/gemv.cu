@@ -6,6 +6,11 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "backend/cuda/gemv_impl.cuh"
 
@@ -99,8 +104,10 @@ void gemv_set_grid_policy(int ctas_per_sm) {
     detail::g_grid_ctas_per_sm.store(ctas_per_sm < 0 ? 0 : ctas_per_sm);
 }
 
-void gemv(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream) {
-    using namespace detail;
+namespace detail {
+namespace {
+
+void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int variant) {
     if (m.data == nullptr || m.n_out <= 0) gemv_fail("empty matrix");
     if (a.n_tok < 1 || a.n_tok > kMaxGemvTokens) gemv_fail("n_tok must be 1 .. 8");
     if (a.x == nullptr || a.y == nullptr) gemv_fail("null x or y");
@@ -163,25 +170,172 @@ void gemv(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream) {
             case DType::F32:
             case DType::F16:
             case DType::BF16:
-                gemv_launch_float(m.type, q, cap, smem, stream);
+                gemv_launch_float(m.type, q, cap, variant, smem, stream);
                 break;
             case DType::Q4_0:
-                gemv_launch_q4_0(q, cap, smem, stream);
+                gemv_launch_q4_0(q, cap, variant, smem, stream);
                 break;
             case DType::Q8_0:
-                gemv_launch_q8_0(q, cap, smem, stream);
+                gemv_launch_q8_0(q, cap, variant, smem, stream);
                 break;
             case DType::Q4_K:
-                gemv_launch_q4_k(q, cap, smem, stream);
+                gemv_launch_q4_k(q, cap, variant, smem, stream);
                 break;
             case DType::Q6_K:
-                gemv_launch_q6_k(q, cap, smem, stream);
+                gemv_launch_q6_k(q, cap, variant, smem, stream);
                 break;
             default:
                 gemv_fail("unsupported weight type");
         }
         t0 += nt;
     }
+}
+
+std::atomic<int> g_forced_variant{-1};
+
+// Built-in guess (untuned): glu (two rows per unit already) r1u4k1; long rows r1u8k2 (16
+// chunks of 32 units per batch over two warps); short rows r4u1k4 (4 rows x 1 unit per lane,
+// a row split over 4 warps). Grid policy: occupancy.
+int gemv_default_variant(const GpuMatrix& m, const GemvArgs& a) {
+    if (a.n_tok > 1 || a.glu) return 0;
+    GemvLayout l;
+    if (!gemv_layout(m.type, m.n_in, &l)) return 0;
+    const int64_t chunks = (l.n_in_pad / l.unit_elems + 31) / 32;
+    return (chunks >= 12 ? 4 : 6) * kGemvPolicies;
+}
+
+std::string variant_name(int v) {
+    const GemvConfig& c = kGemvConfigTable[v / kGemvPolicies];
+    const int pol = kGemvPolicyTable[v % kGemvPolicies];
+    return "r" + std::to_string(c.r) + "u" + std::to_string(c.u4) + "k" + std::to_string(c.ks) + "/" +
+           (pol == 0 ? std::string("occ") : std::to_string(pol));
+}
+
+using TuneKey = std::tuple<int, int64_t, int64_t, bool, int, bool, bool>;
+std::mutex g_tune_mu;
+std::map<TuneKey, int> g_tune_cache;
+
+}  // namespace
+}  // namespace detail
+
+int gemv_variant_count() { return detail::kGemvVariants; }
+
+const char* gemv_variant_name(int variant) {
+    static const auto names = [] {
+        std::vector<std::string> n;
+        for (int v = 0; v < detail::kGemvVariants; ++v) n.push_back(detail::variant_name(v));
+        return n;
+    }();
+    if (variant < 0 || variant >= detail::kGemvVariants) return "?";
+    return names[static_cast<size_t>(variant)].c_str();
+}
+
+void gemv_force_variant(int variant) {
+    detail::g_forced_variant.store(variant >= 0 && variant < detail::kGemvVariants ? variant : -1);
+}
+
+int gemv_variant_for(const GpuMatrix& m, const GemvArgs& a) {
+    const int f = detail::g_forced_variant.load(std::memory_order_relaxed);
+    if (f >= 0) return f;
+    if (m.gemv_variant >= 0 && m.gemv_variant < detail::kGemvVariants) return m.gemv_variant;
+    return detail::gemv_default_variant(m, a);
+}
+
+void gemv(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream) {
+    detail::gemv_run(m, a, stream, gemv_variant_for(m, a));
+}
+
+void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float* times) {
+    using namespace detail;
+    const int nv = kGemvVariants;
+    if (times)
+        for (int v = 0; v < nv; ++v) times[v] = -1.0f;
+    if (const char* e = std::getenv("PELICAN_GEMV_AUTOTUNE"); e && e[0] == '0') return;
+    if (m.data == nullptr || m.n_out <= 0 || ex.n_tok < 1 || ex.n_tok > kMaxGemvTokens) return;
+    if (ex.glu && m.n_out % 2 != 0) return;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
+    const TuneKey key{static_cast<int>(m.type), m.n_in, m.n_out, ex.glu, ex.n_tok, ex.norm_w != nullptr,
+                      ex.residual != nullptr};
+    if (!times) {
+        std::lock_guard<std::mutex> lk(g_tune_mu);
+        auto it = g_tune_cache.find(key);
+        if (it != g_tune_cache.end()) {
+            m.gemv_variant = it->second;
+            return;
+        }
+    }
+    // Scratch operands of the call shape (values irrelevant but finite).
+    const int64_t width = ex.glu ? m.n_out / 2 : m.n_out;
+    const size_t nx = static_cast<size_t>(ex.n_tok * m.n_in), ny = static_cast<size_t>(ex.n_tok * width);
+    float* buf = nullptr;
+    const size_t n_all = nx + ny + static_cast<size_t>(m.n_in) + static_cast<size_t>(m.n_out) + 64;
+    if (cudaMalloc(&buf, n_all * sizeof(float)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    PELICAN_CUDA_CHECK(cudaMemsetAsync(buf, 0x3c, n_all * sizeof(float), stream));  // 0.0115f
+    auto align16 = [](size_t n) { return (n + 3) / 4 * 4; };
+    GemvArgs a = ex;
+    a.x = buf;
+    a.x_stride = 0;
+    a.y = buf + align16(nx);
+    a.y_stride = 0;
+    a.norm_w = ex.norm_w ? a.y + align16(ny) : nullptr;
+    a.bias = ex.bias ? a.y + align16(ny) + align16(static_cast<size_t>(m.n_in)) : nullptr;
+    a.residual = ex.residual ? a.y : nullptr;
+
+    // Copies of the weights rotated through so that each call streams from HBM, not from the L2
+    // (which holds a small matrix whole): >= 128 MiB in all, at most 64 copies.
+    const size_t copy_stride = (m.bytes + 255) / 256 * 256;
+    int n_copies =
+        static_cast<int>(std::min<size_t>(64, ((size_t{128} << 20) + copy_stride - 1) / copy_stride));
+    uint8_t* copies = nullptr;
+    if (n_copies > 1 && cudaMalloc(&copies, copy_stride * static_cast<size_t>(n_copies)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        copies = nullptr;
+    }
+    if (copies == nullptr) n_copies = 1;
+    std::vector<GpuMatrix> mats(static_cast<size_t>(n_copies), m);
+    for (int i = 1; i < n_copies; ++i) {
+        mats[static_cast<size_t>(i)].data = copies + copy_stride * static_cast<size_t>(i);
+        PELICAN_CUDA_CHECK(cudaMemcpyAsync(mats[static_cast<size_t>(i)].data, m.data, m.bytes,
+                                           cudaMemcpyDeviceToDevice, stream));
+    }
+    size_t next = 0;
+    auto call = [&](int v) { gemv_run(mats[next++ % mats.size()], a, stream, v); };
+
+    cudaEvent_t e0, e1;
+    PELICAN_CUDA_CHECK(cudaEventCreate(&e0));
+    PELICAN_CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<float> best(static_cast<size_t>(nv), 1e30f);
+    constexpr int kWarm = 2, kTimed = 12, kRounds = 2;
+    for (int round = 0; round < kRounds; ++round) {
+        for (int v = 0; v < nv; ++v) {
+            if (ex.n_tok > 1 && v >= kGemvPolicies) break;  // configurations apply to n_tok = 1
+            for (int i = 0; i < kWarm; ++i) call(v);
+            PELICAN_CUDA_CHECK(cudaEventRecord(e0, stream));
+            for (int i = 0; i < kTimed; ++i) call(v);
+            PELICAN_CUDA_CHECK(cudaEventRecord(e1, stream));
+            PELICAN_CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms = 0.0f;
+            PELICAN_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            best[static_cast<size_t>(v)] = std::min(best[static_cast<size_t>(v)], ms * 1000.0f / kTimed);
+        }
+    }
+    PELICAN_CUDA_CHECK(cudaEventDestroy(e0));
+    PELICAN_CUDA_CHECK(cudaEventDestroy(e1));
+    PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    PELICAN_CUDA_CHECK(cudaFree(buf));
+    if (copies) PELICAN_CUDA_CHECK(cudaFree(copies));
+    int win = 0;
+    for (int v = 0; v < nv; ++v) {
+        if (best[static_cast<size_t>(v)] < best[static_cast<size_t>(win)]) win = v;
+        if (times && best[static_cast<size_t>(v)] < 1e29f) times[v] = best[static_cast<size_t>(v)];
+    }
+    m.gemv_variant = win;
+    std::lock_guard<std::mutex> lk(g_tune_mu);
+    g_tune_cache[key] = win;
 }
 
 }  // namespace pelican::cuda

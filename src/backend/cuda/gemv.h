@@ -54,4 +54,25 @@ void gemv(const GpuMatrix& w, const GemvArgs& a, cudaStream_t stream);
 // gives one CTA per row group (no loop).
 void gemv_set_grid_policy(int ctas_per_sm);
 
+// Kernel variants (decode kernel configuration x grid policy; the configuration applies to
+// n_tok = 1, the grid policy to every n_tok). Names like "r1u8k2/occ": rows per warp, 16-byte
+// units in flight per row and lane, split-K warps per row, CTAs per SM (occ = occupancy).
+int gemv_variant_count();
+const char* gemv_variant_name(int variant);
+// The variant gemv() uses for this matrix and call: the forced one, else m.gemv_variant, else a
+// guess from the shape.
+int gemv_variant_for(const GpuMatrix& m, const GemvArgs& a);
+// Forces every later gemv() onto one variant (tests, benchmarks); -1 restores the normal choice.
+void gemv_force_variant(int variant);
+
+// Times every variant on this matrix (cudaEvents: a few warm-up and timed calls each, a few ms)
+// for the call shape of shape_example and stores the fastest in m.gemv_variant. Only the shape
+// flags of shape_example are used (n_tok, glu, whether norm_w / bias / residual are set, scale,
+// norm_eps, norm_one_plus); its pointers are never dereferenced: the timing runs on scratch
+// buffers. Results are cached per (type, n_in, n_out, glu, n_tok, norm, residual), so identical
+// layers tune once. Does nothing while the stream is capturing, or with PELICAN_GEMV_AUTOTUNE=0
+// in the environment. Synchronises the stream. If times is non-null, it receives
+// gemv_variant_count() microseconds per call (negative: not timed).
+void gemv_autotune(GpuMatrix& m, const GemvArgs& shape_example, cudaStream_t stream, float* times = nullptr);
+
 }  // namespace pelican::cuda

@@ -38,6 +38,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/pdl.cuh"
 #include "core/dtype.h"
 
 namespace pelican::cuda::detail {
@@ -638,23 +639,79 @@ __device__ __forceinline__ void quantize4(const GemvParams& p, uint8_t* xt, floa
 
 // Quantized weights: int8 32-blocks (act_quant.h rule) + meta into shared memory. Each block is
 // handled by 8 consecutive lanes (4 elements each).
+// One token whose row fits in 4 float4 per thread (n_in <= 4096): x and the norm weights are
+// loaded once into registers, the sum of squares reduced, then normalised and quantized from the
+// registers (one global round trip instead of two). Same arithmetic as gemv_rstd + gemv_x4.
+template <int kNP>
+__device__ void gemv_prologue_quant_short(const GemvParams& p, uint8_t* smem) {
+    __shared__ float part[kGemvWarps];
+    const int nf = p.n_in / 4;
+    float4 v[4], nw[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int f = k * kGemvThreads + static_cast<int>(threadIdx.x);
+        const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[k] = f < nf ? load_x4(p.x, f, p.n_in, p.x_vec) : z;
+        nw[k] = (p.norm_w != nullptr && f < nf) ? load_x4(p.norm_w, f, p.n_in, p.norm_vec) : z;
+    }
+    if (p.norm_w != nullptr) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            ss = fmaf(v[k].x, v[k].x, fmaf(v[k].y, v[k].y, fmaf(v[k].z, v[k].z, fmaf(v[k].w, v[k].w, ss))));
+        ss = warp_sum(ss);
+        if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+        __syncthreads();
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kGemvWarps; ++k) s += part[k];
+        const float r =
+            __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(s, static_cast<float>(p.n_in)), p.norm_eps)));
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            float4 w = nw[k];
+            if (p.norm_one_plus) {
+                w.x = __fadd_rn(1.0f, w.x);
+                w.y = __fadd_rn(1.0f, w.y);
+                w.z = __fadd_rn(1.0f, w.z);
+                w.w = __fadd_rn(1.0f, w.w);
+            }
+            v[k].x = __fmul_rn(__fmul_rn(v[k].x, r), w.x);
+            v[k].y = __fmul_rn(__fmul_rn(v[k].y, r), w.y);
+            v[k].z = __fmul_rn(__fmul_rn(v[k].z, r), w.z);
+            v[k].w = __fmul_rn(__fmul_rn(v[k].w, r), w.w);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int f = k * kGemvThreads + static_cast<int>(threadIdx.x);
+        quantize4<kNP>(p, smem, v[k], f, f < nf);  // whole 8-lane groups are active or not
+    }
+}
+
 template <int NT, int kNP>
 __device__ void gemv_prologue_quant(const GemvParams& p, uint8_t* smem) {
+    const int nf = p.n_in / 4;  // a multiple of 8
+    if constexpr (NT == 1) {
+        if (nf <= 4 * kGemvThreads) {
+            gemv_prologue_quant_short<kNP>(p, smem);
+            return;
+        }
+    }
     float rstd[NT];
     gemv_rstd<NT>(p, rstd);
-    const int nf = p.n_in / 4;  // a multiple of 8
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         uint8_t* xt = smem + t * p.tok_bytes;
-        for (int f0 = 0; f0 < nf; f0 += 4 * kGemvThreads) {
-            float4 v[4];  // four loads in flight per thread
+        for (int f0 = 0; f0 < nf; f0 += 8 * kGemvThreads) {
+            float4 v[8];  // eight loads in flight per thread
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
+            for (int k = 0; k < 8; ++k) {
                 const int f = f0 + k * kGemvThreads + static_cast<int>(threadIdx.x);
                 v[k] = f < nf ? gemv_x4<NT>(p, rstd, t, f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
+            for (int k = 0; k < 8; ++k) {
                 const int f = f0 + k * kGemvThreads + static_cast<int>(threadIdx.x);
                 quantize4<kNP>(p, xt, v[k], f, f < nf);  // whole 8-lane groups are active or not
             }
@@ -663,21 +720,36 @@ __device__ void gemv_prologue_quant(const GemvParams& p, uint8_t* smem) {
 }
 
 // ---- kernel ------------------------------------------------------------------------------------
+// Decode variants (n_tok = 1 kernels; larger token counts use NT > 1 kernels with KS = 1):
+//   R  output rows per warp (glu: R gate rows and their R up rows, 2R weight rows),
+//   U  units per row per lane per batch, counted for 16-byte units of kBatch = 4 types (halved
+//      for kBatch = 2 types: Q8_0, Q4_K read 2-3 x 16 bytes per unit) -> R * U loads in flight,
+//   KS warps of a CTA splitting each row (split-K, reduced through shared memory).
+// A warp's batch b covers 32-unit chunks c = (b * U + j) * KS + ks, j < U (ks: its split index),
+// so the KS warps of a row interleave at 512-byte granularity and share the tail evenly.
 
-// R rows per warp (glu: R/2 gate rows and their up rows). NT: token capacity (>= p.n_tok).
-template <class T, int NT, int R>
-__global__ void __launch_bounds__(kGemvThreads, NT* R == 1 ? 4 : 2) gemv_kernel(const GemvParams p) {
+template <class T, int U4>
+struct GemvUnits {
+    static constexpr int v = U4 * T::kBatch / 4 > 0 ? U4* T::kBatch / 4 : 1;
+};
+
+// R: weight rows per warp (glu: R/2 gate + R/2 up). NT: token capacity (>= p.n_tok).
+template <class T, int NT, int R, int U, int KS>
+__global__ void __launch_bounds__(kGemvThreads, NT* R* U <= 4 ? 2 : 1) gemv_kernel(const GemvParams p) {
     extern __shared__ __align__(16) uint8_t smem[];
-    constexpr int U = T::kBatch / R > 0 ? T::kBatch / R : 1;  // units per row per lane per batch
-    constexpr int kStep = 32 * U;                             // units per row per batch
-    constexpr int H = R / 2;                                  // glu: gate rows per warp
+    static_assert(kGemvWarps % KS == 0, "KS must divide the warps of a CTA");
+    constexpr int kRowWarps = kGemvWarps / KS;
+    constexpr int H = R / 2;  // glu: gate rows per warp
+    __shared__ float red[KS > 1 ? kGemvWarps : 1][R][NT];
     const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-    const int n_batches = (p.n_units + kStep - 1) / kStep;
+    const int rw = warp / KS, ks = warp % KS;
+    const int n_chunks = (p.n_units + 31) / 32;
+    const int n_batches = (n_chunks + U * KS - 1) / (U * KS);
 
     int64_t rows[R];
     bool valid[R];
     auto set_rows = [&](int group) {
-        const int wg = group * kGemvWarps + warp;
+        const int wg = group * kRowWarps + rw;
 #pragma unroll
         for (int s = 0; s < R; ++s) {
             int i = wg * R + s;
@@ -692,11 +764,12 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R == 1 ? 4 : 2) gemv_kernel(
             rows[s] = row;
         }
     };
+    auto unit_of = [&](int batch, int j) { return ((batch * U + j) * KS + ks) * 32 + lane; };
     typename T::W w[U][R];
     auto load_batch = [&](int batch) {
 #pragma unroll
         for (int j = 0; j < U; ++j) {
-            const int u = batch * kStep + 32 * j + lane;
+            const int u = unit_of(batch, j);
 #pragma unroll
             for (int s = 0; s < R; ++s) {
                 if (valid[s] && u < p.n_units)
@@ -709,12 +782,14 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R == 1 ? 4 : 2) gemv_kernel(
 
     int group = static_cast<int>(blockIdx.x), batch = 0;
     set_rows(group);
-    load_batch(0);  // in flight while the prologue runs
+    load_batch(0);  // weights never depend on earlier kernels: in flight before the PDL wait
+    pdl_wait();     // x, norm inputs, residual and y are written/read by neighbouring kernels
     if constexpr (T::kQuant)
         gemv_prologue_quant<NT, T::kNP>(p, smem);
     else
         gemv_prologue_float<NT, T::kNP>(p, smem);
     __syncthreads();
+    pdl_trigger();  // this CTA has read x: the next kernel's CTAs may be scheduled
 
     float acc[R][NT];
 #pragma unroll
@@ -725,7 +800,7 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R == 1 ? 4 : 2) gemv_kernel(
     for (;;) {
 #pragma unroll
         for (int j = 0; j < U; ++j) {
-            const int u = batch * kStep + 32 * j + lane;
+            const int u = unit_of(batch, j);
             if (u < p.n_units) {
                 typename T::Up up[R];
 #pragma unroll
@@ -744,7 +819,7 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R == 1 ? 4 : 2) gemv_kernel(
             next_batch = 0;
             next_group += static_cast<int>(gridDim.x);
         }
-        const bool more = next_group < p.n_groups;
+        const bool more = next_group < p.n_groups;  // uniform over the CTA
         int64_t keep_rows[R];
         bool keep_valid[R];
 #pragma unroll
@@ -756,12 +831,34 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R == 1 ? 4 : 2) gemv_kernel(
             if (next_group != group) set_rows(next_group);
             load_batch(next_batch);
         }
-        if (next_batch == 0) {  // the group is complete: reduce over lanes, apply the epilogue
+        if (next_batch == 0) {  // the group is complete: reduce over lanes (and warps), epilogue
 #pragma unroll
             for (int s = 0; s < R; ++s)
 #pragma unroll
                 for (int t = 0; t < NT; ++t) acc[s][t] = warp_sum(acc[s][t]);
-            if (!p.glu) {
+            bool out_warp = true;
+            if constexpr (KS > 1) {
+                if (lane == 0) {
+#pragma unroll
+                    for (int s = 0; s < R; ++s)
+#pragma unroll
+                        for (int t = 0; t < NT; ++t) red[warp][s][t] = acc[s][t];
+                }
+                __syncthreads();
+                out_warp = ks == 0;
+                if (out_warp) {
+#pragma unroll
+                    for (int s = 0; s < R; ++s)
+#pragma unroll
+                        for (int t = 0; t < NT; ++t) {
+                            float v = red[warp][s][t];
+#pragma unroll
+                            for (int k = 1; k < KS; ++k) v += red[warp + k][s][t];
+                            acc[s][t] = v;
+                        }
+                }
+            }
+            if (out_warp && !p.glu) {
 #pragma unroll
                 for (int s = 0; s < R; ++s)
 #pragma unroll
@@ -776,25 +873,28 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R == 1 ? 4 : 2) gemv_kernel(
                         }
                     }
             } else if constexpr (H > 0) {
+                if (out_warp) {
 #pragma unroll
-                for (int s = 0; s < H; ++s)
+                    for (int s = 0; s < H; ++s)
 #pragma unroll
-                    for (int t = 0; t < NT; ++t) {
-                        if (lane == ((s * NT + t) & 31) && keep_valid[s] && t < p.n_tok) {
-                            const int64_t og = keep_rows[s], ou = keep_rows[s + H];
-                            float g = acc[s][t], v = acc[s + H][t];
-                            if (p.bias) {
-                                g += __ldg(p.bias + og);
-                                v += __ldg(p.bias + ou);
+                        for (int t = 0; t < NT; ++t) {
+                            if (lane == ((s * NT + t) & 31) && keep_valid[s] && t < p.n_tok) {
+                                const int64_t og = keep_rows[s], ou = keep_rows[s + H];
+                                float g = acc[s][t], v = acc[s + H][t];
+                                if (p.bias) {
+                                    g += __ldg(p.bias + og);
+                                    v += __ldg(p.bias + ou);
+                                }
+                                g *= p.scale;
+                                v *= p.scale;
+                                float out = g / (1.0f + expf(-g)) * v;
+                                if (p.residual) out += p.residual[t * p.y_stride + og];
+                                p.y[t * p.y_stride + og] = out;
                             }
-                            g *= p.scale;
-                            v *= p.scale;
-                            float out = g / (1.0f + expf(-g)) * v;
-                            if (p.residual) out += p.residual[t * p.y_stride + og];
-                            p.y[t * p.y_stride + og] = out;
                         }
-                    }
+                }
             }
+            if constexpr (KS > 1) __syncthreads();  // red is reused by the next group
 #pragma unroll
             for (int s = 0; s < R; ++s)
 #pragma unroll
@@ -816,8 +916,21 @@ int gemv_sm_count();
 // device limits (cached; no CUDA call, so it is safe inside a graph capture).
 int gemv_occupancy(int regs_per_thread, int static_smem, size_t dyn_smem);
 
+// Decode kernel configurations (n_tok = 1): rows per warp R, units in flight per row U4 (for
+// kBatch = 4 types), split-K warps KS. A variant (gemv.h) is a configuration plus a grid policy.
+struct GemvConfig {
+    int r, u4, ks;
+};
+inline constexpr int kGemvConfigs = 8;
+inline constexpr GemvConfig kGemvConfigTable[kGemvConfigs] = {
+    {1, 4, 1}, {1, 8, 1}, {2, 4, 1}, {1, 4, 2}, {1, 8, 2}, {2, 2, 4}, {4, 1, 4}, {2, 4, 2},
+};
+inline constexpr int kGemvPolicies = 3;  // CTAs per SM: 0 (occupancy), 1, 2
+inline constexpr int kGemvPolicyTable[kGemvPolicies] = {0, 1, 2};
+inline constexpr int kGemvVariants = kGemvConfigs * kGemvPolicies;
+
 // Register count and static shared memory of one kernel instantiation.
-template <class T, int NT, int R>
+template <class T, int NT, int R, int U, int KS>
 struct GemvKernelInfo {
     static inline int regs = 0, static_smem = 0;
 };
@@ -825,60 +938,82 @@ struct GemvKernelInfo {
 // Raises the kernel's dynamic shared-memory limit on the current device (once per device; a race
 // only repeats the idempotent call) and records its resource use. upload_matrix calls it through
 // gemv_prepare_*, so that gemv inside a graph capture makes no attribute call.
-template <class T, int NT, int R>
+template <class T, int NT, int R, int U, int KS>
 void gemv_kernel_attr(int dev) {
     static uint64_t done = 0;  // bit per device
     if (dev >= 64 || !(__atomic_load_n(&done, __ATOMIC_ACQUIRE) >> dev & 1u)) {
-        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, NT, R>,
+        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, NT, R, U, KS>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvMaxSmem));
         cudaFuncAttributes fa{};
-        PELICAN_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemv_kernel<T, NT, R>));
-        __atomic_store_n(&GemvKernelInfo<T, NT, R>::static_smem, static_cast<int>(fa.sharedSizeBytes),
+        PELICAN_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemv_kernel<T, NT, R, U, KS>));
+        __atomic_store_n(&GemvKernelInfo<T, NT, R, U, KS>::static_smem, static_cast<int>(fa.sharedSizeBytes),
                          __ATOMIC_RELAXED);
-        __atomic_store_n(&GemvKernelInfo<T, NT, R>::regs, fa.numRegs, __ATOMIC_RELEASE);
+        __atomic_store_n(&GemvKernelInfo<T, NT, R, U, KS>::regs, fa.numRegs, __ATOMIC_RELEASE);
         if (dev < 64) __atomic_fetch_or(&done, uint64_t{1} << dev, __ATOMIC_RELEASE);
     }
 }
 
-template <class T, int NT, int R>
-void gemv_launch(GemvParams p, size_t smem, cudaStream_t stream) {
+// rows_per_warp: output rows (glu: gate rows) per warp; policy: CTAs per SM (0 = occupancy),
+// overridden by gemv_set_grid_policy when that is set.
+template <class T, int NT, int R, int U, int KS>
+void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, size_t smem, cudaStream_t stream) {
     int dev = 0;
     PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
-    gemv_kernel_attr<T, NT, R>(dev);
-    const int pol = gemv_grid_ctas_per_sm();
+    gemv_kernel_attr<T, NT, R, U, KS>(dev);
+    const int rows_per_group = (kGemvWarps / KS) * out_rows_per_warp;
+    p.n_groups = (p.n_slots + rows_per_group - 1) / rows_per_group;
+    const int forced = gemv_grid_ctas_per_sm();
+    const int pol = forced > 0 ? forced : policy;
     const int64_t per_sm =
-        pol > 0
-            ? pol
-            : gemv_occupancy(__atomic_load_n(&GemvKernelInfo<T, NT, R>::regs, __ATOMIC_ACQUIRE),
-                             __atomic_load_n(&GemvKernelInfo<T, NT, R>::static_smem, __ATOMIC_RELAXED), smem);
+        pol > 0 ? pol
+                : gemv_occupancy(
+                      __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS>::regs, __ATOMIC_ACQUIRE),
+                      __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS>::static_smem, __ATOMIC_RELAXED), smem);
     const int64_t cap = per_sm * gemv_sm_count();
     const int grid = static_cast<int>(p.n_groups < cap ? p.n_groups : cap);
-    gemv_kernel<T, NT, R><<<grid, kGemvThreads, smem, stream>>>(p);
-    PELICAN_CUDA_CHECK_LAUNCH();
+    launch_pdl(gemv_kernel<T, NT, R, U, KS>, dim3(grid), dim3(kGemvThreads), smem, stream, p);
 }
 
-// Rows per warp for a token capacity: enough rows to amortise the shared-memory reads of x.
+// Rows per warp for a token capacity > 1: enough rows to amortise the shared-memory reads of x.
 constexpr int gemv_rows_per_warp(int nt, bool glu) {
     const int r = nt <= 2 ? 1 : 2;
     return glu && r < 2 ? 2 : r;
 }
 
 template <class T, int NT>
-void gemv_launch_nt(GemvParams p, size_t smem, cudaStream_t stream) {
+void gemv_launch_nt(const GemvParams& p, int policy, size_t smem, cudaStream_t stream) {
     constexpr int R1 = gemv_rows_per_warp(NT, false), R2 = gemv_rows_per_warp(NT, true);
-    const int r = p.glu ? R2 : R1;
-    const int rows_per_group = kGemvWarps * (p.glu ? r / 2 : r);
-    p.n_groups = (p.n_slots + rows_per_group - 1) / rows_per_group;
+    constexpr int U1 = T::kBatch / R1 > 0 ? T::kBatch / R1 : 1, U2 = T::kBatch / R2 > 0 ? T::kBatch / R2 : 1;
     if (p.glu)
-        gemv_launch<T, NT, R2>(p, smem, stream);
+        gemv_launch<T, NT, R2, U2, 1>(p, R2 / 2, policy, smem, stream);
     else
-        gemv_launch<T, NT, R1>(p, smem, stream);
+        gemv_launch<T, NT, R1, U1, 1>(p, R1, policy, smem, stream);
+}
+
+template <class T, int C>
+void gemv_launch_cfg(const GemvParams& p, int policy, size_t smem, cudaStream_t stream) {
+    constexpr GemvConfig c = kGemvConfigTable[C];
+    constexpr int U = GemvUnits<T, c.u4>::v;
+    if (p.glu)
+        gemv_launch<T, 1, 2 * c.r, U, c.ks>(p, c.r, policy, smem, stream);
+    else
+        gemv_launch<T, 1, c.r, U, c.ks>(p, c.r, policy, smem, stream);
+}
+
+template <class T, int C>
+void gemv_prepare_cfg(int dev) {
+    constexpr GemvConfig c = kGemvConfigTable[C];
+    constexpr int U = GemvUnits<T, c.u4>::v;
+    gemv_kernel_attr<T, 1, c.r, U, c.ks>(dev);
+    gemv_kernel_attr<T, 1, 2 * c.r, U, c.ks>(dev);
 }
 
 template <class T, int NT>
 void gemv_prepare_nt(int dev) {
-    gemv_kernel_attr<T, NT, gemv_rows_per_warp(NT, false)>(dev);
-    gemv_kernel_attr<T, NT, gemv_rows_per_warp(NT, true)>(dev);
+    constexpr int R1 = gemv_rows_per_warp(NT, false), R2 = gemv_rows_per_warp(NT, true);
+    constexpr int U1 = T::kBatch / R1 > 0 ? T::kBatch / R1 : 1, U2 = T::kBatch / R2 > 0 ? T::kBatch / R2 : 1;
+    gemv_kernel_attr<T, NT, R1, U1, 1>(dev);
+    gemv_kernel_attr<T, NT, R2, U2, 1>(dev);
 }
 
 // Sets the attributes of every kernel of the type on the current device.
@@ -886,31 +1021,65 @@ template <class T>
 void gemv_prepare_type() {
     int dev = 0;
     PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
-    gemv_prepare_nt<T, 1>(dev);
+    gemv_prepare_cfg<T, 0>(dev);
+    gemv_prepare_cfg<T, 1>(dev);
+    gemv_prepare_cfg<T, 2>(dev);
+    gemv_prepare_cfg<T, 3>(dev);
+    gemv_prepare_cfg<T, 4>(dev);
+    gemv_prepare_cfg<T, 5>(dev);
+    gemv_prepare_cfg<T, 6>(dev);
+    gemv_prepare_cfg<T, 7>(dev);
     gemv_prepare_nt<T, 2>(dev);
     gemv_prepare_nt<T, 3>(dev);
     gemv_prepare_nt<T, 4>(dev);
     gemv_prepare_nt<T, 8>(dev);
 }
 
-// nt: the kernel's token capacity, one of 1, 2, 3, 4, 8.
+// nt: the kernel's token capacity, one of 1, 2, 3, 4, 8. variant: 0 .. kGemvVariants - 1 (its
+// configuration applies to nt = 1; its grid policy to all).
 template <class T>
-void gemv_launch_type(const GemvParams& p, int nt, size_t smem, cudaStream_t stream) {
+void gemv_launch_type(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream) {
+    const int policy = kGemvPolicyTable[variant % kGemvPolicies];
     switch (nt) {
         case 1:
-            gemv_launch_nt<T, 1>(p, smem, stream);
+            switch (variant / kGemvPolicies) {
+                case 0:
+                    gemv_launch_cfg<T, 0>(p, policy, smem, stream);
+                    break;
+                case 1:
+                    gemv_launch_cfg<T, 1>(p, policy, smem, stream);
+                    break;
+                case 2:
+                    gemv_launch_cfg<T, 2>(p, policy, smem, stream);
+                    break;
+                case 3:
+                    gemv_launch_cfg<T, 3>(p, policy, smem, stream);
+                    break;
+                case 4:
+                    gemv_launch_cfg<T, 4>(p, policy, smem, stream);
+                    break;
+                case 5:
+                    gemv_launch_cfg<T, 5>(p, policy, smem, stream);
+                    break;
+                case 6:
+                    gemv_launch_cfg<T, 6>(p, policy, smem, stream);
+                    break;
+                default:
+                    gemv_launch_cfg<T, 7>(p, policy, smem, stream);
+                    break;
+            }
             break;
         case 2:
-            gemv_launch_nt<T, 2>(p, smem, stream);
+            gemv_launch_nt<T, 2>(p, policy, smem, stream);
             break;
         case 3:
-            gemv_launch_nt<T, 3>(p, smem, stream);
+            gemv_launch_nt<T, 3>(p, policy, smem, stream);
             break;
         case 4:
-            gemv_launch_nt<T, 4>(p, smem, stream);
+            gemv_launch_nt<T, 4>(p, policy, smem, stream);
             break;
         default:
-            gemv_launch_nt<T, 8>(p, smem, stream);
+            gemv_launch_nt<T, 8>(p, policy, smem, stream);
             break;
     }
 }
@@ -919,12 +1088,18 @@ void gemv_launch_type(const GemvParams& p, int nt, size_t smem, cudaStream_t str
 
 // One per family translation unit. gemv_prepare: kernel attributes for the type on the current
 // device (called by upload_matrix).
-void gemv_launch_float(DType t, const GemvParams& p, int nt, size_t smem, cudaStream_t stream);
-void gemv_launch_q4_0(const GemvParams& p, int nt, size_t smem, cudaStream_t stream);
-void gemv_launch_q8_0(const GemvParams& p, int nt, size_t smem, cudaStream_t stream);
-void gemv_launch_q4_k(const GemvParams& p, int nt, size_t smem, cudaStream_t stream);
-void gemv_launch_q6_k(const GemvParams& p, int nt, size_t smem, cudaStream_t stream);
+void gemv_launch_float(DType t, const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream);
+void gemv_launch_q4_0(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream);
+void gemv_launch_q8_0(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream);
+void gemv_launch_q4_k(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream);
+void gemv_launch_q6_k(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream);
+void gemv_launch_f32(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream);
+void gemv_launch_f16(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream);
+void gemv_launch_bf16(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream);
 void gemv_prepare_float(DType t);
+void gemv_prepare_f32();
+void gemv_prepare_f16();
+void gemv_prepare_bf16();
 void gemv_prepare_q4_0();
 void gemv_prepare_q8_0();
 void gemv_prepare_q4_k();

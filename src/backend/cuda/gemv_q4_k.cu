@@ -3,8 +3,8 @@
 
 namespace pelican::cuda::detail {
 
-void gemv_launch_q4_k(const GemvParams& p, int nt, size_t smem, cudaStream_t stream) {
-    gemv_launch_type<TraitQ4_K>(p, nt, smem, stream);
+void gemv_launch_q4_k(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream) {
+    gemv_launch_type<TraitQ4_K>(p, nt, variant, smem, stream);
 }
 
 void gemv_prepare_q4_k() { gemv_prepare_type<TraitQ4_K>(); }

@@ -42,6 +42,9 @@ struct GpuMatrix {
     int64_t stride[4] = {0, 0, 0, 0};
     // Weight bytes one GEMV reads (quants + scales), for GB/s figures.
     size_t read_bytes = 0;
+    // Decode kernel variant chosen by gemv_autotune (gemv.h) for this matrix; -1 = untuned (a
+    // built-in guess per shape).
+    int gemv_variant = -1;
 };
 
 // Uploads n_parts parts (same type, same n_in) stacked along n_out into one GpuMatrix (rows of

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
 #include "core/format_bytes.h"
 #include "core/log.h"
 #include "model/model.h"
@@ -237,6 +238,30 @@ Expected<std::unique_ptr<GpuModel>> GpuModel::upload(const Model& model, bool lo
     g->device_bytes_ += g->tok_embd_.size();
     g->decode_read_bytes_ += g->tok_embd_row_bytes_;
     PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    // Decode GEMV variants per matrix, timed on the real shapes with the prologue/epilogue of the
+    // decode step (cached per shape: one tuning per distinct shape). PELICAN_GEMV_AUTOTUNE=0 skips.
+    {
+        const auto tt = clock::now();
+        static const float kSet = 0.0f;  // a non-null flag: gemv_autotune never dereferences it
+        const auto tune = [&](GpuMatrix& m, bool norm, bool glu, bool residual) {
+            GemvArgs a;
+            a.norm_w = norm ? &kSet : nullptr;
+            a.glu = glu;
+            a.residual = residual ? &kSet : nullptr;
+            gemv_autotune(m, a, stream);
+        };
+        for (GpuLayer& gl : g->layers_) {
+            for (GpuPart& p : gl.qkv) tune(p.m, true, false, false);
+            for (GpuPart& p : gl.gate_up) tune(p.m, true, gl.gate_up.size() == 1, false);
+            tune(gl.wo, false, false, true);
+            tune(gl.down, false, false, true);
+        }
+        tune(g->output_, true, false, false);
+        if (log_progress)
+            log_info("GPU decode GEMV autotune: {:.0f} ms",
+                     std::chrono::duration<double, std::milli>(clock::now() - tt).count());
+    }
 
     if (log_progress)
         log_info("GPU weights: {} uploaded in {:.2f} s ({})", human_bytes(g->device_bytes_),
