@@ -5,7 +5,7 @@
 //     device-to-device copy bandwidth measured here (read + write bytes / time) as the roofline;
 //   * prefill (attention_prefill, 512 tokens at depth 0 / 4096 / 32768): TFLOP/s counting
 //     4 * head_dim flops per (query head, visible key) pair.
-//   * rope_store_kv for 1 and 512 tokens.
+//   * rope_store_kv for 1 and 512 tokens, sincosf vs rope table, 20 launches per graph (PDL).
 //
 //   cuda_attention_bench [--quick]
 #include <algorithm>
@@ -123,9 +123,11 @@ int main(int argc, char** argv) {
     DeviceBuffer ws(cuda::attention_workspace_bytes(n_ctx, kHeads, kHd, 8));
     PELICAN_CUDA_CHECK(cudaMemset(ws.get(), 0, ws.size()));
     std::printf("%-34s %10s %10s %8s\n", "decode (32/8 heads, hd 128, f16)", "us/layer", "GB/s", "% roof");
-    for (const int n_tok : {1, 4, 8}) {
-        for (const int64_t len : {int64_t{4096}, int64_t{32768}}) {
-            if (quick && n_tok == 4) continue;
+    for (const int n_tok : {1, 2, 4, 8}) {
+        for (const int64_t len :
+             {int64_t{512}, int64_t{1024}, int64_t{4096}, int64_t{8192}, int64_t{16384}, int64_t{32768}}) {
+            if (quick && (n_tok == 2 || n_tok == 4)) continue;
+            if (n_tok > 1 && len != 4096 && len != 32768) continue;
             cuda::AttnArgs a;
             a.q = q.as<float>();
             a.n_tok = n_tok;
@@ -199,12 +201,19 @@ int main(int argc, char** argv) {
     }
 
     // ---- rope_store_kv ----
-    std::printf("\n%-34s %10s\n", "rope_store_kv (norms, neox)", "us");
+    std::printf("\n%-34s %10s\n", "rope_store_kv (norms, neox; graph)", "us");
     {
         const int64_t row = (kHeads + 2 * kKvHeads) * kHd;
         DeviceBuffer qkv = random_f32(static_cast<size_t>(n_tok) * row, gen);
-        DeviceBuffer freq = random_f32(kHd / 2, gen), w = random_f32(kHd, gen);
-        for (const int nt : {1, 512}) {
+        DeviceBuffer w = random_f32(kHd, gen);
+        std::vector<float> hfreq(kHd / 2);  // Llama-3 base 500000
+        for (int i = 0; i < kHd / 2; ++i) hfreq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / kHd));
+        DeviceBuffer freq(hfreq.size() * 4), table(static_cast<size_t>(n_ctx) * kHd * 4);
+        PELICAN_CUDA_CHECK(cudaMemcpy(freq.get(), hfreq.data(), hfreq.size() * 4, cudaMemcpyHostToDevice));
+        cuda::rope_table_build(freq.as<float>(), kHd, n_ctx, 1.0f, table.as<float>(), stream);
+        for (const int cfg : {0, 1, 2, 3}) {
+            const int nt = cfg % 2 == 0 ? 1 : 512;
+            const bool use_table = cfg >= 2;
             cuda::RopeStoreArgs r;
             r.qkv = qkv.as<float>();
             r.n_tok = nt;
@@ -217,13 +226,22 @@ int main(int argc, char** argv) {
             r.k_norm = w.as<float>();
             r.pos0_dev = pos.as<int32_t>();
             r.kv = {kc[0].get(), vc[0].get(), DType::F16, n_ctx};
-            const int32_t p0 = 100;
+            r.rope_table = use_table ? table.as<float>() : nullptr;
+            const int32_t p0 = 30000;
             PELICAN_CUDA_CHECK(cudaMemcpy(pos.get(), &p0, 4, cudaMemcpyHostToDevice));
-            const double s = time_s(stream, reps, 20, [&] {
-                for (int i = 0; i < 20; ++i) cuda::rope_store_kv(r, stream);
-            });
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            PELICAN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            for (int i = 0; i < 20; ++i) cuda::rope_store_kv(r, stream);
+            PELICAN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+            PELICAN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            const double s =
+                time_s(stream, reps, 20, [&] { PELICAN_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+            PELICAN_CUDA_CHECK(cudaGraphExecDestroy(exec));
+            PELICAN_CUDA_CHECK(cudaGraphDestroy(graph));
             char name[64];
-            std::snprintf(name, sizeof name, "  %d tokens", nt);
+            std::snprintf(name, sizeof name, "  %d tokens at pos 30000, %s", nt,
+                          use_table ? "table" : "sincosf");
             std::printf("%-34s %10.2f\n", name, s * 1e6);
         }
     }

@@ -1,9 +1,14 @@
 // GPU attention (backend/cuda/attention.h) against the scalar references (ops/ops.h), on fresh
 // random inputs (replay a failure with PELICAN_TEST_SEED=<seed>):
 //   * rope_store_kv: per-head RMSNorm (none / plain / one_plus), neox and interleaved rope with
-//     partial n_rot and mscale, k/v rows into F16 and F32 caches; nothing else is touched;
-//   * attention_decode (split-KV): GQA 1/4/8, head_dim 16..256, n_tok 1..8, lengths 1..5000,
-//     caches larger than the live length, sliding window; a CUDA graph replayed at many positions;
+//     partial n_rot and mscale, k/v rows into F16 and F32 caches; nothing else is touched; the
+//     rope-table path (rope_table_build) bit-identical to the sincosf path;
+//   * attention_decode (split-KV): the streaming kernel (F16, head_dim 64/128/256: 1, 2, 4 or 8
+//     rows per CTA, several row blocks, chunk edges 63..129 and 4096, up to 32K keys) and the
+//     rows kernel (F32, other head dims): GQA 1/2/4/8, head_dim 16..256, n_tok 1..8, caches larger
+//     than the live length, sliding window; a CUDA graph replayed at many positions; a PDL chain
+//     rope_store_kv -> attention_decode -> attention_decode captured in a graph, bit-identical
+//     to the same kernels run with a full synchronisation between them;
 //   * attention_prefill: n_tok 1/17/300 at pos0 0 and 123, fp32 and tensor-core paths, windows.
 // Cache rows that must not be read (past the live length, before the window) hold NaN, and the
 // output starts as NaN, so a stray read or a missed write fails loudly.
@@ -302,6 +307,21 @@ TEST(CudaAttention, DecodeMatchesReference) {
         {32, 8, 128, DType::F16, 3, 997, 100},       // sliding window
         {16, 2, 256, DType::F32, 2, 4998, 1000},     // window, long
         {8, 2, 64, DType::F16, 8, 20, 4},            // window shorter than the batch
+        // streaming kernel: rows per CTA 1 / 2 / 4 / 8, chunk and block edges, many splits
+        {8, 8, 128, DType::F16, 1, 62},                // MHA, length 63 (1 row per CTA)
+        {8, 8, 128, DType::F16, 1, 63},                // length 64
+        {16, 8, 64, DType::F16, 1, 64},                // group 2, length 65
+        {16, 8, 256, DType::F16, 1, 127},              // group 2, hd 256, length 128
+        {32, 8, 128, DType::F16, 1, 128},              // length 129
+        {32, 8, 128, DType::F16, 1, 4095, 0, 4096},    // length 4096, full cache
+        {32, 8, 128, DType::F16, 1, 32767, 0, 32768},  // 32K keys
+        {32, 4, 128, DType::F16, 2, 9000},             // group 8, 16 rows: two row blocks of 8
+        {32, 8, 128, DType::F16, 3, 3000},             // 12 rows: two row blocks of 6
+        {64, 8, 128, DType::F16, 1, 20000},            // group 8: 8 rows per CTA
+        {8, 1, 256, DType::F16, 8, 700},               // group 8 x 8 tokens: 8 row blocks
+        {32, 8, 128, DType::F16, 1, 20000, 4096},      // window 4096, long
+        {32, 8, 64, DType::F16, 4, 5000, 77},          // window not a multiple of anything
+        {16, 4, 256, DType::F16, 1, 9, 3},             // tiny window
     };
     for (const AttnCase& c : cases) run_attention(rng, c, Path::kDecode);
     for (int n_tok = 1; n_tok <= 8; ++n_tok) {
@@ -394,6 +414,129 @@ TEST(CudaAttention, DecodeGraphReplay) {
         PELICAN_CUDA_CHECK(cudaGraphExecDestroy(exec));
         PELICAN_CUDA_CHECK(cudaGraphDestroy(graph));
         PELICAN_CUDA_CHECK(cudaStreamDestroy(stream));
+    }
+}
+
+// rope_store_kv -> attention_decode -> attention_decode, all PDL launches, captured in one graph
+// and replayed at many positions (the rows being written start as NaN, so reading the cache
+// before rope_store_kv finished shows up), against the same kernels run eagerly with a full
+// synchronisation after each one (sincosf rope there, table rope in the graph). Bit-identical.
+TEST(CudaAttention, PdlChainGraphMatchesSerial) {
+    if (!pelican::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
+    Rng rng;
+    for (const int n_tok : {1, 4}) {
+        for (const int hd : {128, 64}) {
+            const int n_head = 32, n_kv = 8, n_rot = hd;
+            const int64_t n_ctx = 6000;
+            SCOPED_TRACE("pdl chain n_tok " + std::to_string(n_tok) + " hd " + std::to_string(hd));
+            Cache cache(rng, DType::F16, n_ctx, n_kv, hd, 0, n_ctx);
+            const int64_t row = static_cast<int64_t>(n_head + 2 * n_kv) * hd;
+            const std::vector<float> qkv = test::random_vec(rng, n_tok * row);
+            std::vector<float> inv_freq(n_rot / 2);
+            for (int i = 0; i < n_rot / 2; ++i)
+                inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / n_rot));
+            DeviceBuffer dqkv = upload(qkv), dfreq = upload(inv_freq), dpos = upload(std::vector<int32_t>{0});
+            DeviceBuffer table(static_cast<size_t>(n_ctx) * n_rot * 4);
+            cuda::rope_table_build(dfreq.as<float>(), n_rot, n_ctx, 1.0f, table.as<float>(), nullptr);
+            const size_t out_n = static_cast<size_t>(n_tok) * n_head * hd;
+            DeviceBuffer dout(out_n * 4), dout2(out_n * 4);
+            Workspace ws(n_ctx, n_head, hd, n_tok);
+
+            cuda::RopeStoreArgs r;
+            r.qkv = dqkv.as<float>();
+            r.n_tok = n_tok;
+            r.n_head = n_head;
+            r.n_kv_head = n_kv;
+            r.head_dim = hd;
+            r.n_rot = n_rot;
+            r.inv_freq = dfreq.as<float>();
+            r.pos0_dev = dpos.as<int32_t>();
+            r.kv = cache.view();
+            cuda::AttnArgs a;
+            a.q = dqkv.as<float>();
+            a.q_stride = row;
+            a.n_tok = n_tok;
+            a.n_head = n_head;
+            a.n_kv_head = n_kv;
+            a.head_dim = hd;
+            a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+            a.pos0_dev = dpos.as<int32_t>();
+            a.kv = cache.view();
+            a.workspace = ws.buf.get();
+
+            cudaStream_t stream;
+            PELICAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            PELICAN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            {
+                cuda::RopeStoreArgs rt = r;
+                rt.rope_table = table.as<float>();
+                cuda::rope_store_kv(rt, stream);
+                cuda::AttnArgs a1 = a, a2 = a;
+                a1.out = dout.as<float>();
+                a2.out = dout2.as<float>();
+                cuda::attention_decode(a1, stream);
+                cuda::attention_decode(a2, stream);  // back to back: workspace reuse under PDL
+            }
+            PELICAN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+            PELICAN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+            const size_t row_bytes = static_cast<size_t>(n_kv) * hd * 2;
+            auto reset = [&](int32_t pos0) {  // fresh qkv, NaN cache rows at pos0.., NaN outputs
+                PELICAN_CUDA_CHECK(
+                    cudaMemcpyAsync(dqkv.get(), qkv.data(), qkv.size() * 4, cudaMemcpyHostToDevice, stream));
+                PELICAN_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(cache.dk.get()) + pos0 * row_bytes,
+                                                   0xff, n_tok * row_bytes, stream));
+                PELICAN_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(cache.dv.get()) + pos0 * row_bytes,
+                                                   0xff, n_tok * row_bytes, stream));
+                PELICAN_CUDA_CHECK(cudaMemsetAsync(dout.get(), 0xff, dout.size(), stream));
+                PELICAN_CUDA_CHECK(cudaMemsetAsync(dout2.get(), 0xff, dout2.size(), stream));
+                PELICAN_CUDA_CHECK(cudaMemcpyAsync(dpos.get(), &pos0, 4, cudaMemcpyHostToDevice, stream));
+                PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+            };
+            for (const int32_t pos0 : {0, 1, 63, 64, 500, 4095, 5000, static_cast<int32_t>(n_ctx - n_tok)}) {
+                reset(pos0);
+                cuda::rope_store_kv(r, stream);
+                PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+                cuda::AttnArgs a1 = a;
+                a1.out = dout.as<float>();
+                cuda::attention_decode(a1, stream);
+                PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+                const std::vector<float> want = download<float>(dout, out_n);
+                const std::vector<float> qkv_want = download<float>(dqkv, qkv.size());
+                ws.expect_counters_zero(n_head);
+                size_t n_nan = 0;
+                for (const float x : want) n_nan += std::isnan(x);
+                ASSERT_EQ(n_nan, 0u) << "serial run at pos0 " << pos0 << " produced NaN";
+
+                reset(pos0);
+                PELICAN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+                PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+                const std::vector<float> got = download<float>(dout, out_n),
+                                         got2 = download<float>(dout2, out_n);
+                const std::vector<float> qkv_got = download<float>(dqkv, qkv.size());
+                ws.expect_counters_zero(n_head);
+                size_t bad = 0, bad2 = 0, first = out_n;
+                for (size_t i = 0; i < out_n; ++i) {
+                    const bool b1 = std::memcmp(&got[i], &want[i], 4) != 0;
+                    bad += b1;
+                    bad2 += std::memcmp(&got2[i], &want[i], 4) != 0;
+                    if (b1 && first == out_n) first = i;
+                }
+                EXPECT_EQ(bad, 0u) << "graph (PDL) output differs from the serial run at pos0 " << pos0
+                                   << " in " << bad << " of " << out_n << " values; first at " << first
+                                   << ": got " << (first < out_n ? got[first] : 0.0f) << " want "
+                                   << (first < out_n ? want[first] : 0.0f);
+                EXPECT_EQ(bad2, 0u) << "second attention_decode of the graph differs at pos0 " << pos0;
+                EXPECT_EQ(std::memcmp(qkv_got.data(), qkv_want.data(), qkv.size() * 4), 0)
+                    << "roped q (table, graph) differs from the sincosf run at pos0 " << pos0;
+            }
+            std::printf("  pdl chain n_tok %d hd %d: graph == serial at 8 positions\n", n_tok, hd);
+            PELICAN_CUDA_CHECK(cudaGraphExecDestroy(exec));
+            PELICAN_CUDA_CHECK(cudaGraphDestroy(graph));
+            PELICAN_CUDA_CHECK(cudaStreamDestroy(stream));
+        }
     }
 }
 
@@ -553,6 +696,33 @@ void run_rope(Rng& rng, const RopeCase& c) {
     }
     expect_close(kc, k, ktol, c.n_kv_head, hd, what + " k cache");
     expect_close(vc, vref, vtol, c.n_kv_head, hd, what + " v cache");
+
+    // The rope-table path: bit-identical q and cache bytes (table sized exactly to the last
+    // position used).
+    DeviceBuffer table(static_cast<size_t>(std::max<int64_t>(1, (c.pos0 + c.n_tok) * c.n_rot)) * 4);
+    cuda::rope_table_build(dfreq.as<float>(), c.n_rot, c.pos0 + c.n_tok, c.mscale, table.as<float>(),
+                           nullptr);
+    DeviceBuffer dqkv2 = upload(qkv), dk2(cache_n * es), dv2(cache_n * es);
+    PELICAN_CUDA_CHECK(cudaMemset(dk2.get(), 0x5a, dk2.size()));
+    PELICAN_CUDA_CHECK(cudaMemset(dv2.get(), 0x5a, dv2.size()));
+    cuda::RopeStoreArgs a2 = a;
+    a2.qkv = dqkv2.as<float>();
+    a2.kv = {dk2.get(), dv2.get(), c.kv, n_ctx};
+    a2.rope_table = table.as<float>();
+    cuda::rope_store_kv(a2, nullptr);
+    PELICAN_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> tqkv = download<float>(dqkv2, qkv.size());
+    std::vector<uint8_t> tk(cache_n * es), tv(cache_n * es);
+    PELICAN_CUDA_CHECK(cudaMemcpy(tk.data(), dk2.get(), tk.size(), cudaMemcpyDeviceToHost));
+    PELICAN_CUDA_CHECK(cudaMemcpy(tv.data(), dv2.get(), tv.size(), cudaMemcpyDeviceToHost));
+    size_t qdiff = 0, kdiff = 0;
+    for (size_t i = 0; i < qkv.size(); ++i) qdiff += std::memcmp(&tqkv[i], &gqkv[i], 4) != 0;
+    for (size_t i = 0; i < tk.size(); ++i) kdiff += tk[i] != rawk[i];
+    EXPECT_EQ(qdiff, 0u) << what << ": rope table path: " << qdiff
+                         << " qkv floats differ from the sincosf path";
+    EXPECT_EQ(kdiff, 0u) << what << ": rope table path: " << kdiff << " k cache bytes differ";
+    EXPECT_EQ(std::memcmp(tv.data(), rawv.data(), tv.size()), 0)
+        << what << ": rope table path: v cache differs";
 }
 
 TEST(CudaAttention, RopeStoreMatchesReference) {
@@ -567,8 +737,10 @@ TEST(CudaAttention, RopeStoreMatchesReference) {
         {16, 2, 256, 64, true, 2, DType::F16, 3, 1000, 1.0f},   // qwen3.5: one_plus, partial rotary
         {8, 2, 64, 32, false, 1, DType::F32, 300, 123,
          1.2f},  // prefill rows, interleaved partial, yarn mscale
-        {8, 4, 80, 40, true, 2, DType::F32, 7, 65000, 1.0f},  // generic head dim, large angles
-        {4, 4, 32, 0, true, 1, DType::F16, 2, 5, 1.0f},       // no rotary, norm only
+        {8, 4, 80, 40, true, 2, DType::F32, 7, 65000, 1.0f},      // generic head dim, large angles
+        {4, 4, 32, 0, true, 1, DType::F16, 2, 5, 1.0f},           // no rotary, norm only
+        {32, 8, 128, 128, true, 0, DType::F16, 1, 131000, 1.0f},  // 128K context: sincosf slow path
+        {8, 2, 64, 64, false, 2, DType::F16, 2, 262140, 0.8f},    // 256K, interleaved, mscale
     };
     for (const RopeCase& c : cases) run_rope(rng, c);
 }

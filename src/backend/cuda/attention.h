@@ -43,8 +43,19 @@ struct RopeStoreArgs {
     bool norm_one_plus = false;
     const int32_t* pos0_dev = nullptr;  // device int: position of token 0
     KvView kv;
+    // Optional [n_pos][n_rot] table from rope_table_build (same inv_freq, n_rot, mscale): the
+    // kernel reads (cos, sin) of pair i at rope_table[pos * n_rot + 2i] instead of calling sincosf
+    // (bit-identical results). Every position used must be < the table's n_pos. nullptr: sincosf.
+    const float* rope_table = nullptr;
 };
+// Launched with programmatic dependent launch (pdl.cuh).
 void rope_store_kv(const RopeStoreArgs& a, cudaStream_t stream);
+
+// cos_sin [n_pos][n_rot] fp32 (device): for pos < n_pos, i < n_rot / 2, with the fp32 angle
+// a = float(pos) * inv_freq[i] and the accurate sincosf: [pos * n_rot + 2i] = cos(a) * mscale,
+// [pos * n_rot + 2i + 1] = sin(a) * mscale (exactly what rope_store_kv computes inline).
+void rope_table_build(const float* inv_freq, int n_rot, int64_t n_pos, float mscale, float* cos_sin,
+                      cudaStream_t stream);
 
 struct AttnArgs {
     const float* q = nullptr;  // [n_tok, n_head, head_dim] fp32, token rows q_stride floats apart
@@ -61,7 +72,7 @@ struct AttnArgs {
 
 // Workspace for attention_decode (split-KV partials and counters) for a cache of n_ctx.
 size_t attention_workspace_bytes(int64_t n_ctx, int n_head, int head_dim, int max_tokens);
-// Decode / short verification: n_tok <= 8. Split-KV flash-decoding; graph-capturable.
+// Decode / short verification: n_tok <= 8. Split-KV flash-decoding; graph-capturable; PDL launch.
 // The workspace must be zeroed once (cudaMemset) before first use; the kernels leave it reusable.
 void attention_decode(const AttnArgs& a, cudaStream_t stream);
 // Prefill: any n_tok; pos0 is also given on the host (grid sizing). Flash-attention style

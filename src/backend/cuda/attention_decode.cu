@@ -1,6 +1,8 @@
-// attention_decode: split-KV flash-decoding over the rows kernel (attention_rows.cu).
+// attention_decode: split-KV flash-decoding. F16 cache at head_dim 64/128/256: the streaming
+// kernel (attention_stream.cu; splits = one wave of resident CTAs, chunks of >= 64 keys, rows
+// blocks of <= 8 rows). Otherwise the rows kernel (attention_rows.cu):
 //
-// Splits: fixed per (n_ctx, n_kv_head, device): enough CTAs for ~4 per SM at long context
+// Rows kernel splits: fixed per (n_ctx, n_kv_head, device): enough CTAs for ~4 per SM at long context
 // (n_kv_head * n_splits >= 4 * SMs where n_ctx allows), at most kMaxSplits, and no more than
 // n_ctx / kMinChunk. The keys per split are chosen at run time from the live length
 // (max(len / n_splits, kMinChunk), rounded to the tile), so short contexts use few splits and the
@@ -22,9 +24,9 @@ constexpr size_t align256(size_t n) { return (n + 255) & ~size_t{255}; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Upper bound of decode_splits over every n_kv_head and device.
+// Upper bound of the splits of either kernel over every n_kv_head and device.
 int max_splits(int64_t n_ctx) {
-    const int64_t s = ceil_div(n_ctx > 0 ? n_ctx : 1, attn::kMinChunk);
+    const int64_t s = ceil_div(n_ctx > 0 ? n_ctx : 1, attn::kStreamMinChunk);
     return static_cast<int>(s < attn::kMaxSplits ? s : attn::kMaxSplits);
 }
 
@@ -68,7 +70,8 @@ void attention_decode(const AttnArgs& a, cudaStream_t stream) {
     if (!a.workspace || !a.pos0_dev) fail("workspace and pos0_dev are required");
     const int group = a.n_head / a.n_kv_head;
     const int rows_total = group * a.n_tok;
-    const int nz = static_cast<int>(ceil_div(rows_total, attn::kMaxRows));
+    const bool streaming = a.kv.type == DType::F16 && attn::stream_supported(a.head_dim, a.kv.k, a.kv.v);
+    const int nz = static_cast<int>(ceil_div(rows_total, streaming ? attn::kStreamMaxRows : attn::kMaxRows));
     const int n_splits = decode_splits(a.kv.n_ctx, a.n_kv_head);
 
     attn::RowsParams p{};
@@ -87,8 +90,10 @@ void attention_decode(const AttnArgs& a, cudaStream_t stream) {
     p.out = a.out;
     p.rows_cta = static_cast<int>(ceil_div(rows_total, nz));
     p.n_splits = n_splits;
-    p.min_chunk = attn::kMinChunk;
-    const size_t slots = static_cast<size_t>(n_splits) * a.n_head * a.n_tok;
+    p.min_chunk = streaming ? attn::kStreamMinChunk : attn::kMinChunk;
+    // Partials laid out for the most splits either kernel may use (fits the workspace as long as
+    // n_tok <= its max_tokens).
+    const size_t slots = static_cast<size_t>(max_splits(a.kv.n_ctx)) * a.n_head * a.n_tok;
     auto* base = static_cast<unsigned char*>(a.workspace);
     p.counters = reinterpret_cast<int*>(base);
     base += align256(static_cast<size_t>(a.n_head) * attn::kMaxTok * sizeof(int32_t));
@@ -96,7 +101,10 @@ void attention_decode(const AttnArgs& a, cudaStream_t stream) {
     base += align256(slots * 8);
     p.acc = reinterpret_cast<float*>(base);
     p.acc_stride = (a.head_dim + 3) & ~3;
-    attn::launch_rows(p, a.kv.type == DType::F16, nz, stream);
+    if (streaming)
+        attn::launch_stream(p, nz, sm_count(), max_splits(a.kv.n_ctx), stream);
+    else
+        attn::launch_rows(p, a.kv.type == DType::F16, nz, stream);
 }
 
 }  // namespace pelican::cuda

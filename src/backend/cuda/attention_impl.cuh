@@ -85,8 +85,18 @@ struct RowsParams {
     int acc_stride;  // floats, multiple of 4, >= head_dim
 };
 
-// Launches attn_rows_kernel for (kv type, head_dim) with grid (n_splits, n_kv_head, nz).
+// Launches attn_rows_kernel for (kv type, head_dim) with grid (n_splits, n_kv_head, nz) (PDL).
 void launch_rows(const RowsParams& p, bool kv_f16, int nz, cudaStream_t stream);
+
+// ---- streaming decode kernel (attention_stream.cu) ---------------------------------------------
+inline constexpr int kStreamThreads = 128;  // 4 warps
+inline constexpr int kStreamMaxRows = 8;    // rows per CTA (rows_cta)
+inline constexpr int kStreamMinChunk = 64;  // fewest keys per split
+// F16 cache at head_dim 64 / 128 / 256 with 16-byte aligned K and V.
+bool stream_supported(int head_dim, const void* k, const void* v);
+// Grid (nz, n_splits, n_kv_head); sets p.n_splits itself: one wave of resident CTAs
+// (occupancy x sms) over n_kv_head * nz, at most max_splits. Needs pos0_dev. PDL launch.
+void launch_stream(const RowsParams& p, int nz, int sms, int max_splits, cudaStream_t stream);
 
 // ---- device helpers ----------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {

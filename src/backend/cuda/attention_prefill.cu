@@ -9,9 +9,11 @@
 //     warp cannot see (past its last token, or before its window) are skipped.
 //     Accuracy: q and p carry one f16 rounding each (relative 2^-11); everything else is fp32.
 //   Otherwise (F32 cache, other head dims): the fp32 rows kernel with one split.
+// Both are launched with PDL (pdl_wait() before any read; the implicit trigger at exit).
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_impl.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/pdl.cuh"
 
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +61,7 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(const TcPar
     __half* kbuf = reinterpret_cast<__half*>(smem + C::q_bytes);
     __half* vbuf = reinterpret_cast<__half*>(smem + C::q_bytes + 2 * C::tile_bytes);
 
+    pdl_wait();  // q and the cache come from earlier kernels (PDL launch)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gid = lane >> 2, tig = lane & 3;
     const int qt = gridDim.x - 1 - blockIdx.x;  // heaviest (latest) tiles first
@@ -251,8 +254,7 @@ void launch_tc(const TcParams& p, cudaStream_t stream) {
         if (dev < 32) __atomic_fetch_or(&configured, 1u << dev, __ATOMIC_RELEASE);
     }
     const dim3 grid(static_cast<unsigned>((p.n_tok + kTcBM - 1) / kTcBM), static_cast<unsigned>(p.n_head));
-    attn_prefill_tc_kernel<HD><<<grid, kTcThreads, TcCfg<HD>::smem, stream>>>(p);
-    PELICAN_CUDA_CHECK_LAUNCH();
+    launch_pdl(attn_prefill_tc_kernel<HD>, grid, dim3(kTcThreads), TcCfg<HD>::smem, stream, p);
 }
 
 [[noreturn]] void fail(const char* what) {

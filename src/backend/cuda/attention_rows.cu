@@ -22,6 +22,7 @@
 // resets the counter to 0 so the workspace is ready for the next launch (stream order).
 #include "backend/cuda/attention_impl.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/pdl.cuh"
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +45,7 @@ __global__ void __launch_bounds__(kThreads, (HD == 64 || HD == 128) ? 4 : 2)
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int s_last;
 
+    pdl_wait();  // q, pos0 and the cache come from earlier kernels
     const int hd = HD ? HD : p.head_dim;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int split = blockIdx.x, kvh = blockIdx.y;
@@ -250,6 +252,7 @@ __global__ void __launch_bounds__(kThreads, (HD == 64 || HD == 128) ? 4 : 2)
     // Sum the J key slices through shared memory (the stage region is free now).
     cp_async_wait<0>();
     __syncthreads();
+    pdl_trigger();  // every input has been read
     float* red = reinterpret_cast<float*>(smem + L.kv);
 #pragma unroll
     for (int k = 0; k < KI; ++k) {
@@ -377,8 +380,7 @@ void launch_typed(const RowsParams& p, int nz, cudaStream_t stream) {
     }
     const dim3 grid(static_cast<unsigned>(p.n_splits), static_cast<unsigned>(p.n_kv_head),
                     static_cast<unsigned>(nz));
-    attn_rows_kernel<KV, HD><<<grid, kThreads, smem, stream>>>(p);
-    PELICAN_CUDA_CHECK_LAUNCH();
+    launch_pdl(attn_rows_kernel<KV, HD>, grid, dim3(kThreads), smem, stream, p);
 }
 
 template <typename KV>

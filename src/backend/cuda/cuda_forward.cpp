@@ -167,7 +167,8 @@ Status CudaForward::init() {
     const size_t o_step = d.add(sizeof(StepInput)), o_out = d.add(sizeof(int32_t)),
                  o_ids = d.add(static_cast<size_t>(n_ctx_) * 4),
                  o_cpos = d.add(static_cast<size_t>(n_chunks_) * 4),
-                 o_pen = d.add(static_cast<size_t>(n_ctx_) * 4);
+                 o_pen = d.add(static_cast<size_t>(n_ctx_) * 4),
+                 o_rope = d.add(static_cast<size_t>(n_ctx_) * static_cast<size_t>(hp_.rope_dim) * f);
     io_ = DeviceBuffer(d.total());
     if (!io_.ok())
         return make_error("GPU input buffers ({}): out of memory ({})", human_bytes(d.total()),
@@ -179,6 +180,12 @@ Status CudaForward::init() {
     chunk_pos_ = reinterpret_cast<int32_t*>(io + o_cpos);
     penalty_dev_ = reinterpret_cast<int32_t*>(io + o_pen);
     PELICAN_CUDA_CHECK(cudaMemsetAsync(io_.get(), 0, io_.size(), stream_));
+    // Rope (cos, sin) per position, built once (bit-identical to the kernel's own sincosf).
+    if (hp_.rope_dim > 0 && gm_->inv_freq()) {
+        rope_table_ = reinterpret_cast<float*>(io + o_rope);
+        rope_table_build(gm_->inv_freq(), static_cast<int>(hp_.rope_dim), n_ctx_, hp_.rope_attn_factor,
+                         rope_table_, stream_);
+    }
 
     // Pinned staging.
     const auto pin = [](Pinned& p, size_t bytes, const char* what) -> Status {

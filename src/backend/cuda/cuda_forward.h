@@ -162,6 +162,7 @@ private:
     int32_t* ids_dev_ = nullptr;      // [n_ctx] prefill tokens
     int32_t* chunk_pos_ = nullptr;    // [n_chunks] position of each prefill chunk's first token
     int32_t* penalty_dev_ = nullptr;  // [n_ctx] penalty window
+    float* rope_table_ = nullptr;     // [n_ctx, rope_dim] (cos, sin) * mscale pairs (rope_table_build)
     // Pinned host staging.
     Pinned ring_pin_, prefill_pin_, penalty_pin_, out_pin_, logits_pin_;
     cudaEvent_t ring_ev_[kRing] = {};

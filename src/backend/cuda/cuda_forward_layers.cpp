@@ -44,6 +44,7 @@ void CudaForward::enqueue_step() {
         r.neox = hp_.rope_layout == RopeLayout::kNeox;
         r.inv_freq = gm_->inv_freq();
         r.mscale = hp_.rope_attn_factor;
+        r.rope_table = rope_table_;
         r.q_norm = L.q_norm;
         r.k_norm = L.k_norm;
         r.norm_eps = eps;
@@ -154,6 +155,7 @@ void CudaForward::prefill_layer(int il, int64_t n, int64_t pos0, const int32_t* 
     r.neox = hp_.rope_layout == RopeLayout::kNeox;
     r.inv_freq = gm_->inv_freq();
     r.mscale = hp_.rope_attn_factor;
+    r.rope_table = rope_table_;
     r.q_norm = L.q_norm;
     r.k_norm = L.k_norm;
     r.norm_eps = eps;

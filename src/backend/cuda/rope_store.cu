@@ -6,9 +6,15 @@
 // the accurate sincosf (this file must not be built with --use_fast_math), times mscale, and
 // (a, b) <- (a cos - b sin, a sin + b cos). q goes back in place; k and v rows are converted to
 // the cache type (f16: round to nearest even) at position *pos0_dev + t.
+// With a rope table (rope_table_build: the same fp32 angle, sincosf and mscale product, done once
+// per position) the kernel reads (cos, sin) instead: bit-identical, and no slow-path sincosf for
+// large angles on the decode path.
+// PDL: pdl_wait() before anything (qkv, pos0 and the cache belong to earlier / later kernels),
+// then pdl_trigger() at once (dependents still wait for this grid to finish).
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_impl.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/pdl.cuh"
 
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +33,8 @@ __device__ __forceinline__ void store_cache(void* cache, bool f16, size_t idx, f
 
 __global__ void __launch_bounds__(kWarps * 32) rope_store_kernel(const RopeStoreArgs a) {
     extern __shared__ float buf[];  // [kWarps][head_dim]
+    pdl_wait();
+    pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int heads = a.n_head + 2 * a.n_kv_head;
     const int unit = blockIdx.x * kWarps + warp;
@@ -73,11 +81,17 @@ __global__ void __launch_bounds__(kWarps * 32) rope_store_kernel(const RopeStore
     const int half = a.n_rot / 2;
     for (int i = lane; i < half; i += 32) {
         const int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
-        const float angle = static_cast<float>(pos) * a.inv_freq[i];
         float sn, cs;
-        sincosf(angle, &sn, &cs);
-        cs *= a.mscale;
-        sn *= a.mscale;
+        if (a.rope_table) {
+            const float2 e = *reinterpret_cast<const float2*>(a.rope_table + pos * a.n_rot + 2 * i);
+            cs = e.x;
+            sn = e.y;
+        } else {
+            const float angle = static_cast<float>(pos) * a.inv_freq[i];
+            sincosf(angle, &sn, &cs);
+            cs *= a.mscale;
+            sn *= a.mscale;
+        }
         const float x0 = b[ia], x1 = b[ib];
         put(ia, x0 * cs - x1 * sn);
         put(ib, x0 * sn + x1 * cs);
@@ -85,7 +99,38 @@ __global__ void __launch_bounds__(kWarps * 32) rope_store_kernel(const RopeStore
     for (int d = a.n_rot + lane; d < hd; d += 32) put(d, b[d]);
 }
 
+__global__ void rope_table_kernel(const float* inv_freq, int n_rot, int64_t n_pos, float mscale,
+                                  float* cos_sin) {
+    const int half = n_rot / 2;
+    const int64_t n = n_pos * half;
+    for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+         e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t pos = e / half;
+        const int i = static_cast<int>(e - pos * half);
+        const float angle = static_cast<float>(pos) * inv_freq[i];
+        float sn, cs;
+        sincosf(angle, &sn, &cs);
+        cs *= mscale;
+        sn *= mscale;
+        reinterpret_cast<float2*>(cos_sin)[e] = make_float2(cs, sn);
+    }
+}
+
 }  // namespace
+
+void rope_table_build(const float* inv_freq, int n_rot, int64_t n_pos, float mscale, float* cos_sin,
+                      cudaStream_t stream) {
+    if (n_rot <= 0 || n_pos <= 0) return;
+    if (n_rot % 2 != 0 || !inv_freq || !cos_sin) {
+        std::fprintf(stderr, "pelican: rope_table_build: bad arguments (n_rot %d)\n", n_rot);
+        std::abort();
+    }
+    const int64_t n = n_pos * (n_rot / 2);
+    const int64_t blocks = (n + 255) / 256;
+    rope_table_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(
+        inv_freq, n_rot, n_pos, mscale, cos_sin);
+    PELICAN_CUDA_CHECK_LAUNCH();
+}
 
 void rope_store_kv(const RopeStoreArgs& a, cudaStream_t stream) {
     if (a.n_tok < 1) return;
@@ -98,8 +143,7 @@ void rope_store_kv(const RopeStoreArgs& a, cudaStream_t stream) {
     const int64_t units = static_cast<int64_t>(a.n_tok) * (a.n_head + 2 * a.n_kv_head);
     const unsigned blocks = static_cast<unsigned>((units + kWarps - 1) / kWarps);
     const size_t smem = static_cast<size_t>(kWarps) * a.head_dim * sizeof(float);
-    rope_store_kernel<<<blocks, kWarps * 32, smem, stream>>>(a);
-    PELICAN_CUDA_CHECK_LAUNCH();
+    launch_pdl(rope_store_kernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
 }
 
 }  // namespace pelican::cuda
