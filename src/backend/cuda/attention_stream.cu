@@ -81,6 +81,35 @@ __global__ void __launch_bounds__(kStreamThreads, RB <= 4 ? 3 : 2) attn_stream_k
     const int64_t c0 = lo + split * chunk;
     const int64_t c1 = c0 + chunk < hi ? c0 + chunk : hi;
 
+    const int ksub = lane & 3, kkey = lane >> 2;                  // K layout
+    const int vch = lane % LPV, vkey = lane / LPV;                // V layout
+    const size_t kv_row = static_cast<size_t>(p.n_kv_head) * HD;  // halves between positions
+    const __half* kbase = static_cast<const __half*>(p.k) + static_cast<size_t>(kvh) * HD;
+    const __half* vbase = static_cast<const __half*>(p.v) + static_cast<size_t>(kvh) * HD;
+    const int klast = static_cast<int>(c1 - 1);
+    const int64_t n_blocks = (c1 - c0 + KPI - 1) / KPI;
+    // The 16-byte units this lane loads for block b (keys clamped into the range).
+    auto k_src = [&](int64_t b, int s, int c) {
+        const int key = min(static_cast<int>(c0 + b * KPI) + s * 8 + kkey, klast);
+        return reinterpret_cast<const uint4*>(kbase + static_cast<size_t>(key) * kv_row) + ksub + 4 * c;
+    };
+    auto v_src = [&](int64_t b, int v) {
+        const int key = min(static_cast<int>(c0 + b * KPI) + v * KPV + vkey, klast);
+        return reinterpret_cast<const uint4*>(vbase + static_cast<size_t>(key) * kv_row) + vch;
+    };
+    // L2 prefetch of block b: the warp's next block streams in while it computes this one (and the
+    // first block while the query rows load). The data are read later with ld.global.cg.
+    auto prefetch = [&](int64_t b) {
+        if (b >= n_blocks) return;
+#pragma unroll
+        for (int s = 0; s < KS; ++s)
+#pragma unroll
+            for (int c = 0; c < KC; ++c) asm volatile("prefetch.global.L2 [%0];" ::"l"(k_src(b, s, c)));
+#pragma unroll
+        for (int v = 0; v < VS; ++v) asm volatile("prefetch.global.L2 [%0];" ::"l"(v_src(b, v)));
+    };
+    prefetch(warp);
+
     for (int i = tid; i < RB * HD; i += kStreamThreads) {
         const int r = i / HD, d = i - r * HD;
         float x = 0.0f;
@@ -102,11 +131,6 @@ __global__ void __launch_bounds__(kStreamThreads, RB <= 4 ? 3 : 2) attn_stream_k
     }
     __syncthreads();
 
-    const int ksub = lane & 3, kkey = lane >> 2;                  // K layout
-    const int vch = lane % LPV, vkey = lane / LPV;                // V layout
-    const size_t kv_row = static_cast<size_t>(p.n_kv_head) * HD;  // halves between positions
-    const __half* kbase = static_cast<const __half*>(p.k) + static_cast<size_t>(kvh) * HD;
-    const __half* vbase = static_cast<const __half*>(p.v) + static_cast<size_t>(kvh) * HD;
     const float scale = p.scale;
 
     float m[RB], lsum[RB], acc[RB][8];
@@ -118,23 +142,16 @@ __global__ void __launch_bounds__(kStreamThreads, RB <= 4 ? 3 : 2) attn_stream_k
         for (int e = 0; e < 8; ++e) acc[r][e] = 0.0f;
     }
 
-    const int64_t n_blocks = (c1 - c0 + KPI - 1) / KPI;
     for (int64_t b = warp; b < n_blocks; b += kSWarps) {
         const int k0 = static_cast<int>(c0 + b * KPI);
-        const int klast = static_cast<int>(c1 - 1);
         uint4 kr[KS][KC], vr[VS];
 #pragma unroll
-        for (int s = 0; s < KS; ++s) {
-            const int key = min(k0 + s * 8 + kkey, klast);
-            const uint4* src = reinterpret_cast<const uint4*>(kbase + static_cast<size_t>(key) * kv_row);
+        for (int s = 0; s < KS; ++s)
 #pragma unroll
-            for (int c = 0; c < KC; ++c) kr[s][c] = __ldcg(src + ksub + 4 * c);
-        }
+            for (int c = 0; c < KC; ++c) kr[s][c] = __ldcg(k_src(b, s, c));
 #pragma unroll
-        for (int v = 0; v < VS; ++v) {
-            const int key = min(k0 + v * KPV + vkey, klast);
-            vr[v] = __ldcg(reinterpret_cast<const uint4*>(vbase + static_cast<size_t>(key) * kv_row) + vch);
-        }
+        for (int v = 0; v < VS; ++v) vr[v] = __ldcg(v_src(b, v));
+        prefetch(b + kSWarps);
 
         // Scores: lane (kkey, ksub) dots its chunks ksub + 4c of key k0 + 8s + kkey.
         float sc[KS][RB];
