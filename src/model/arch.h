@@ -32,6 +32,7 @@ struct ArchSpec {
     Need qk_norm = Need::No;           // attn_{q,k}_norm: per-head RMSNorm on q and k before rope (qwen3)
     bool scalar_multipliers = false;   // granite: embedding / residual / attention / logit multipliers
     bool sliding_window = false;  // apply config.json sliding_window (mistral); GGUF: whenever the key is set
+    bool hybrid = false;  // Qwen3.5 hybrid stack (model/hybrid_*): its own hparams, weights and forward pass
 };
 
 // Lookups; nullptr when unknown.
@@ -39,7 +40,7 @@ const ArchSpec* find_arch_by_gguf(std::string_view general_architecture);
 const ArchSpec* find_arch_by_hf_model_type(std::string_view model_type);
 // Every registered architecture, in registration order.
 std::span<const ArchSpec* const> all_archs();
-// "llama, mistral, qwen2, qwen3, granite": for error messages.
+// "llama, mistral, qwen2, qwen3, granite, ...": for error messages.
 std::string_view supported_arch_list();
 
 // Defined in model/archs/<name>.cpp.
@@ -48,5 +49,7 @@ const ArchSpec& arch_mistral();
 const ArchSpec& arch_qwen2();
 const ArchSpec& arch_qwen3();
 const ArchSpec& arch_granite();
+const ArchSpec& arch_qwen35moe();  // hybrid (model/archs/qwen3_5.cpp)
+const ArchSpec& arch_qwen35();
 
 }  // namespace pelican

@@ -8,12 +8,15 @@ namespace pelican {
 std::string_view rope_layout_name(RopeLayout l) { return l == RopeLayout::kInterleaved ? "normal" : "neox"; }
 
 std::span<const ArchSpec* const> all_archs() {
-    static const std::array<const ArchSpec*, 5> archs{&arch_llama(), &arch_mistral(), &arch_qwen2(),
-                                                      &arch_qwen3(), &arch_granite()};
+    static const std::array<const ArchSpec*, 7> archs{&arch_llama(), &arch_mistral(), &arch_qwen2(),
+                                                      &arch_qwen3(), &arch_granite(), &arch_qwen35moe(),
+                                                      &arch_qwen35()};
     return archs;
 }
 
-std::string_view supported_arch_list() { return "llama, mistral, qwen2, qwen3, granite"; }
+std::string_view supported_arch_list() {
+    return "llama, mistral, qwen2, qwen3, granite, qwen3_5_moe, qwen3_5";
+}
 
 const ArchSpec* find_arch_by_gguf(std::string_view general_architecture) {
     for (const ArchSpec* a : all_archs())

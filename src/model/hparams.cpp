@@ -84,6 +84,9 @@ Status validate_hparams(const ModelHParams& hp, std::string_view source) {
 }
 
 Expected<ModelHParams> hparams_from_gguf(const GgufFile& f, const ArchSpec& arch) {
+    if (arch.hybrid)
+        return make_error("{}: GGUF {} models are not supported yet (load the Hugging Face folder)", f.name(),
+                          arch.name);
     const std::string arch_key = f.get_string("general.architecture").value_or(std::string(arch.name));
     const GgufKeys k{f, arch_key + "."};
     ModelHParams hp;
@@ -145,6 +148,7 @@ Expected<ModelHParams> hparams_from_gguf(const GgufFile& f, const ArchSpec& arch
 }
 
 Expected<ModelHParams> hparams_from_hf(const HfConfig& c, const ArchSpec& arch, std::string_view source) {
+    if (arch.hybrid) return hybrid_hparams_from_hf(c, arch, source);
     ModelHParams hp;
     hp.arch = &arch;
     hp.rope_layout = RopeLayout::kNeox;

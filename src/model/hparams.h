@@ -11,6 +11,7 @@
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "model/arch.h"
+#include "model/hybrid_hparams.h"
 
 namespace pelican {
 
@@ -43,6 +44,9 @@ struct ModelHParams {
     float residual_scale = 1.0f;  // each block output *= residual_scale before the residual add
     float logit_scale = 1.0f;     // logits *= logit_scale (= 1 / HF logits_scaling)
 
+    // Qwen3.5 hybrid stack only (arch->hybrid): layer kinds, DeltaNet heads, experts.
+    std::optional<HybridHParams> hybrid;
+
     int64_t q_dim() const { return n_head * head_dim; }
     int64_t kv_dim() const { return n_head_kv * head_dim; }
 };
@@ -52,6 +56,10 @@ struct ModelHParams {
 Expected<ModelHParams> hparams_from_gguf(const GgufFile& f, const ArchSpec& arch);
 // From a parsed config.json. Rope layout is always NeoX (HF checkpoints are not permuted).
 Expected<ModelHParams> hparams_from_hf(const HfConfig& c, const ArchSpec& arch, std::string_view source);
+
+// The same for the hybrid Qwen3.5 archs (model/hybrid_hparams.cpp); hparams_from_hf forwards to it.
+Expected<ModelHParams> hybrid_hparams_from_hf(const HfConfig& c, const ArchSpec& arch,
+                                              std::string_view source);
 
 // Shared checks (positive sizes, head divisibility, rope dims); called by both readers.
 Status validate_hparams(const ModelHParams& hp, std::string_view source);

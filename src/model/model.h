@@ -14,6 +14,7 @@
 #include "formats/hf_folder.h"
 #include "model/arch.h"
 #include "model/hparams.h"
+#include "model/hybrid_weights.h"
 #include "model/weight_source.h"
 #include "model/weights.h"
 
@@ -32,6 +33,8 @@ public:
     const ArchSpec& arch() const { return *hp_.arch; }
     const ModelHParams& hparams() const { return hp_; }
     const ModelWeights& weights() const { return w_; }
+    // The Qwen3.5 hybrid stack's weights (arch().hybrid); nullptr for the dense Llama family.
+    const HybridWeights* hybrid_weights() const { return hybrid_.get(); }
     const std::string& path() const { return path_; }
     bool is_gguf() const { return gguf_ != nullptr; }
     const GgufFile* gguf() const { return gguf_.get(); }            // nullptr for HF folders
@@ -45,7 +48,8 @@ private:
     std::shared_ptr<const HfWeights> hf_;
     std::unique_ptr<HfConfig> hf_config_;
     ModelHParams hp_;
-    ModelWeights w_;  // views into gguf_ / hf_ mappings
+    ModelWeights w_;                               // views into gguf_ / hf_ mappings
+    std::unique_ptr<const HybridWeights> hybrid_;  // hybrid archs only (w_ then holds embd/norm/head)
 };
 
 }  // namespace pelican

@@ -1,6 +1,7 @@
 // Forward-pass selection (runtime/forward_factory.h).
 #include "runtime/forward_factory.h"
 
+#include "model/hybrid_forward.h"
 #include "model/model.h"
 
 #ifdef PELICAN_HAVE_CUDA
@@ -50,6 +51,7 @@ std::string gpu_description() {
 }
 
 Status gpu_supports(const Model& model) {
+    if (model.arch().hybrid) return make_error("{} models are not supported on CUDA yet", model.arch().name);
 #ifdef PELICAN_HAVE_CUDA
     return cuda::gpu_supports_model(model);
 #else
@@ -74,13 +76,16 @@ Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Model& model, c
                                                            const std::shared_ptr<const cuda::GpuModel>& gpu) {
     switch (device) {
         case Device::kCpu: {
-            // Hook for architecture-specific CPU passes: a hybrid stack (Qwen3.5: Gated DeltaNet +
-            // gated attention) branches here on model.arch() before the dense block, e.g.
-            //   if (model.arch().name == "qwen35") return create_hybrid_forward(model, opt);
+            // Architecture-specific CPU passes branch here before the dense block: the hybrid
+            // Qwen3.5 stack (Gated DeltaNet + gated attention, model/hybrid_forward.h).
+            if (model.arch().hybrid) return create_hybrid_forward(model, opt);
             PELICAN_ASSIGN(std::unique_ptr<Forward> f, Forward::create(model, opt));
             return std::unique_ptr<ForwardPass>(std::move(f));
         }
         case Device::kCuda: {
+            if (model.arch().hybrid)
+                return make_error("{} models are not supported on CUDA yet; use --device cpu (or auto)",
+                                  model.arch().name);
 #ifdef PELICAN_HAVE_CUDA
             if (!gpu) return make_error("CUDA forward pass: the model's weights are not on the GPU");
             PELICAN_ASSIGN(std::unique_ptr<cuda::CudaForward> f, cuda::CudaForward::create(gpu, opt));

@@ -1,0 +1,42 @@
+// Qwen3.5 hybrid stack (qwen3_5_moe, dense qwen3_5): per layer a zero-centred RMSNorm, then either a
+// Gated DeltaNet (three layers in four) or gated full attention (per-head interleaved query/gate
+// projection, zero-centred q/k norms, partial NeoX rope), then a zero-centred RMSNorm and a routed-
+// experts + sigmoid-gated shared-expert MLP (qwen3_5_moe) or a SwiGLU MLP (qwen3_5). Not the shared
+// dense block: hyper-parameters in model/hybrid_hparams.*, weights in model/hybrid_weights.*, the CPU
+// pass in model/hybrid_forward*. GGUF names are llama.cpp's (qwen35moe, qwen35); GGUF loading is not
+// implemented yet.
+#include "model/arch.h"
+
+namespace pelican {
+
+const ArchSpec& arch_qwen35moe() {
+    static constexpr std::string_view gguf[] = {"qwen35moe"};
+    static constexpr std::string_view hf[] = {"qwen3_5_moe_text", "qwen3_5_moe"};
+    static const ArchSpec spec{
+        .name = "qwen35moe",
+        .gguf_names = gguf,
+        .hf_model_types = hf,
+        .gguf_write_name = "qwen35moe",
+        .gguf_rope = RopeLayout::kNeox,
+        .qk_norm = Need::Required,
+        .hybrid = true,
+    };
+    return spec;
+}
+
+const ArchSpec& arch_qwen35() {
+    static constexpr std::string_view gguf[] = {"qwen35"};
+    static constexpr std::string_view hf[] = {"qwen3_5_text", "qwen3_5"};
+    static const ArchSpec spec{
+        .name = "qwen35",
+        .gguf_names = gguf,
+        .hf_model_types = hf,
+        .gguf_write_name = "qwen35",
+        .gguf_rope = RopeLayout::kNeox,
+        .qk_norm = Need::Required,
+        .hybrid = true,
+    };
+    return spec;
+}
+
+}  // namespace pelican

@@ -1,0 +1,148 @@
+// Hybrid Qwen3.5 forward pass: creation, scratch, positions / replay, embedding and output head
+// (model/hybrid_forward.h). The per-layer blocks are in hybrid_layers.cpp.
+#include "model/hybrid_forward.h"
+
+#include <algorithm>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace pelican {
+
+HybridForward::HybridForward(const Model& m, KvCache kv, int64_t n_batch)
+    : model_(m),
+      hp_(m.hparams()),
+      hy_(*m.hparams().hybrid),
+      w_(*m.hybrid_weights()),
+      kv_(std::move(kv)),
+      n_batch_(n_batch) {}
+
+Expected<std::unique_ptr<HybridForward>> HybridForward::create(const Model& model,
+                                                               const ForwardOptions& opt) {
+    const ModelHParams& hp = model.hparams();
+    if (!hp.hybrid || !model.hybrid_weights())
+        return make_error("{}: {} is not a hybrid (Qwen3.5) model", model.path(), hp.arch->name);
+    if (opt.n_ctx <= 0) return make_error("context size must be positive, got {}", opt.n_ctx);
+    if (opt.n_batch <= 0) return make_error("batch size must be positive, got {}", opt.n_batch);
+    const HybridHParams& hy = *hp.hybrid;
+    const int64_t n_full = hy.n_full_layers();
+    if (n_full == 0)
+        return make_error("{}: a hybrid model without full-attention layers is not supported", model.path());
+    PELICAN_ASSIGN(KvCache kv, KvCache::create(n_full, opt.n_ctx, hp.kv_dim()));
+    std::unique_ptr<HybridForward> f(
+        new HybridForward(model, std::move(kv), std::min(opt.n_batch, opt.n_ctx)));
+    int nf = 0, nl = 0;
+    for (int64_t i = 0; i < hp.n_layer; ++i) {
+        const bool full = hy.full_attention[static_cast<size_t>(i)] != 0;
+        f->kv_index_.push_back(full ? nf++ : -1);
+        f->rec_index_.push_back(full ? -1 : nl++);
+    }
+    f->state_ = RecurrentState(std::max(nl, 1), hy.linear, hy.conv_kernel);
+    f->history_.reserve(static_cast<size_t>(opt.n_ctx));
+    try {
+        f->alloc_scratch();
+    } catch (const std::bad_alloc&) {
+        return make_error("hybrid forward: out of memory for the scratch of {} tokens per step", f->n_batch_);
+    }
+    return f;
+}
+
+void HybridForward::alloc_scratch() {
+    const auto B = static_cast<size_t>(n_batch_);
+    const auto e = static_cast<size_t>(hp_.n_embd), q = static_cast<size_t>(hp_.q_dim());
+    const DeltaNetShape& s = hy_.linear;
+    const auto cd = static_cast<size_t>(s.conv_dim()), kd = static_cast<size_t>(s.key_dim()),
+               vd = static_cast<size_t>(s.value_dim()), nv = static_cast<size_t>(s.n_v_heads);
+    const auto ff = static_cast<size_t>(std::max({hp_.n_ff, hy_.n_ff_shared, hy_.n_ff_expert}));
+    const auto k = static_cast<size_t>(std::max(hy_.n_expert_used, 1));
+    x_.resize(B * e), xn_.resize(B * e), proj_.resize(B * e);
+    q_.resize(B * q), gate_.resize(B * q), attn_.resize(B * q), qg_.resize(2 * B * q);
+    cos_.resize(B * static_cast<size_t>(hp_.rope_dim / 2)), sin_.resize(cos_.size()), pos_.resize(B);
+    qkv_.resize(B * cd), conv_out_.resize(B * cd), z_.resize(B * vd);
+    lq_.resize(B * kd), lk_.resize(B * kd), lv_.resize(B * vd), core_.resize(B * vd);
+    a_.resize(B * nv), b_.resize(B * nv), g_.resize(B * nv), beta_.resize(B * nv);
+    ff_a_.resize(B * ff), ff_b_.resize(B * ff);
+    router_.resize(B * static_cast<size_t>(std::max(hy_.n_expert, 1))), route_w_.resize(B * k),
+        route_id_.resize(B * k);
+    sel_tok_.resize(B), sel_w_.resize(B), gather_.resize(B * e), sh_gate_.resize(B);
+    expert_out_.resize(B * e);
+    last_logits_.resize(static_cast<size_t>(hp_.n_vocab)), last_hidden_.resize(e);
+}
+
+Status HybridForward::eval(std::span<const int32_t> tokens, int64_t pos0, ThreadPool& pool,
+                           std::span<float> all_logits) {
+    const auto n = static_cast<int64_t>(tokens.size());
+    if (n == 0) return make_error("eval: no tokens");
+    if (pos0 < 0 || pos0 + n > n_ctx())
+        return make_error("eval: positions {}..{} do not fit the context of {} tokens", pos0, pos0 + n - 1,
+                          n_ctx());
+    if (pos0 > n_past())
+        return make_error(
+            "eval: position {} is past the {} tokens evaluated so far (a recurrent model cannot skip)", pos0,
+            n_past());
+    for (int64_t i = 0; i < n; ++i)
+        if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab)
+            return make_error("eval: token id {} (at index {}) is outside the vocabulary of {}", tokens[i], i,
+                              hp_.n_vocab);
+    if (!all_logits.empty() && static_cast<int64_t>(all_logits.size()) != n * hp_.n_vocab)
+        return make_error("eval: all_logits holds {} floats, expected {} tokens x {} vocab",
+                          all_logits.size(), n, hp_.n_vocab);
+    if (pos0 < n_past()) {  // rewind: the DeltaNet state cannot step back, so rebuild it from the kept tokens
+        history_.resize(static_cast<size_t>(pos0));
+        state_.reset();
+        for (int64_t done = 0; done < pos0; done += n_batch_)
+            eval_chunk(history_.data() + done, std::min(n_batch_, pos0 - done), done, pool, nullptr);
+    }
+    for (int64_t done = 0; done < n; done += n_batch_) {
+        const int64_t m = std::min(n_batch_, n - done);
+        eval_chunk(tokens.data() + done, m, pos0 + done, pool,
+                   all_logits.empty() ? nullptr : all_logits.data() + done * hp_.n_vocab);
+    }
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+    return {};
+}
+
+void HybridForward::eval_chunk(const int32_t* tokens, int64_t n, int64_t pos0, ThreadPool& pool,
+                               float* all_logits) {
+    const ModelWeights& base = model_.weights();
+    const int64_t e = hp_.n_embd;
+    const ToFloatFn to_float = dtype_info(base.tok_embd.dtype).to_float;
+    for (int64_t t = 0; t < n; ++t) to_float(base.tok_embd.row_ptr(tokens[t]), x_.data() + t * e, e);
+    for (int64_t t = 0; t < n; ++t) pos_[static_cast<size_t>(t)] = pos0 + t;
+    cpu::rope_table(hp_.inv_freq.data(), static_cast<int>(hp_.rope_dim), pos_.data(), n, hp_.rope_attn_factor,
+                    cos_.data(), sin_.data());
+
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const HybridLayerWeights& L = w_.layers[static_cast<size_t>(il)];
+        cpu::rms_norm(x_.data(), L.attn_norm, xn_.data(), n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
+        if (L.full_attention)
+            attention(il, n, pos0, pool);
+        else
+            deltanet(il, n, pool);
+        cpu::add(x_.data(), proj_.data(), x_.data(), n * e);
+        cpu::rms_norm(x_.data(), L.ffn_norm, xn_.data(), n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
+        if (hy_.moe)
+            moe(il, n, pool);
+        else
+            mlp(il, n, pool);
+        cpu::add(x_.data(), proj_.data(), x_.data(), n * e);
+    }
+
+    // Output head: every row when all logits are wanted, else only the last.
+    const int64_t first = all_logits ? 0 : n - 1, rows = n - first, V = hp_.n_vocab;
+    cpu::rms_norm(x_.data() + first * e, base.output_norm, xn_.data(), rows, e, hp_.rms_eps,
+                  NormWeight::kOnePlus, &pool);
+    std::copy(xn_.data() + (rows - 1) * e, xn_.data() + rows * e, last_hidden_.begin());
+    if (all_logits) {
+        cpu::matmul(base.output, xn_.data(), rows, all_logits, pool);
+        std::copy(all_logits + (rows - 1) * V, all_logits + rows * V, last_logits_.begin());
+    } else {
+        cpu::matmul(base.output, xn_.data(), 1, last_logits_.data(), pool);
+    }
+}
+
+Expected<std::unique_ptr<ForwardPass>> create_hybrid_forward(const Model& model, const ForwardOptions& opt) {
+    PELICAN_ASSIGN(std::unique_ptr<HybridForward> f, HybridForward::create(model, opt));
+    return std::unique_ptr<ForwardPass>(std::move(f));
+}
+
+}  // namespace pelican

@@ -1,0 +1,89 @@
+// config.json -> ModelHParams + HybridHParams for the Qwen3.5 hybrid stack (model/hybrid_hparams.h).
+#include "model/hybrid_hparams.h"
+
+#include <cmath>
+
+#include "model/hparams.h"
+#include "model/rope_freq.h"
+
+namespace pelican {
+
+Expected<ModelHParams> hybrid_hparams_from_hf(const HfConfig& c, const ArchSpec& arch,
+                                              std::string_view source) {
+    ModelHParams hp;
+    hp.arch = &arch;
+    hp.rope_layout = RopeLayout::kNeox;
+    hp.n_vocab = c.vocab_size;
+    hp.n_embd = c.hidden_size;
+    hp.n_layer = c.num_hidden_layers;
+    hp.n_head = c.num_attention_heads;
+    hp.n_head_kv = c.num_key_value_heads;
+    hp.head_dim = c.head_dim;
+    hp.n_ctx_train = c.max_position_embeddings;
+    hp.rms_eps = static_cast<float>(c.rms_norm_eps);
+    hp.rope_dim = c.rotary_dim();
+    hp.rope_theta = c.rope_theta;
+    hp.attn_scale = hp.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(hp.head_dim)) : 0.0f;
+    if (c.hidden_act != "silu" && c.hidden_act != "swish")
+        return make_error("{}: hidden_act \"{}\" is not supported for {} (expected silu)", source,
+                          c.hidden_act, arch.name);
+
+    HybridHParams h;
+    h.moe = arch.name == "qwen35moe";
+    if (static_cast<int64_t>(c.layer_types.size()) != c.num_hidden_layers)
+        return make_error("{}: layer_types has {} entries for {} layers", source, c.layer_types.size(),
+                          c.num_hidden_layers);
+    for (size_t i = 0; i < c.layer_types.size(); ++i) {
+        const std::string& t = c.layer_types[i];
+        if (t != "full_attention" && t != "linear_attention")
+            return make_error("{}: layer_types[{}] is \"{}\" (expected full_attention or linear_attention)",
+                              source, i, t);
+        h.full_attention.push_back(t == "full_attention" ? 1 : 0);
+    }
+    h.linear = DeltaNetShape{.n_k_heads = static_cast<int>(c.linear_num_key_heads),
+                             .n_v_heads = static_cast<int>(c.linear_num_value_heads),
+                             .d_k = static_cast<int>(c.linear_key_head_dim),
+                             .d_v = static_cast<int>(c.linear_value_head_dim)};
+    h.conv_kernel = static_cast<int>(c.linear_conv_kernel_dim > 0 ? c.linear_conv_kernel_dim : 4);
+    h.n_mtp_layers = c.mtp_num_hidden_layers;
+    if (h.n_linear_layers() > 0) {
+        if (h.linear.n_k_heads <= 0 || h.linear.n_v_heads <= 0 || h.linear.d_k <= 0 || h.linear.d_v <= 0)
+            return make_error(
+                "{}: linear_num_key_heads, linear_num_value_heads, linear_key_head_dim and "
+                "linear_value_head_dim "
+                "must be positive (found {}, {}, {}, {})",
+                source, h.linear.n_k_heads, h.linear.n_v_heads, h.linear.d_k, h.linear.d_v);
+        if (h.linear.n_v_heads % h.linear.n_k_heads != 0)
+            return make_error(
+                "{}: linear_num_value_heads ({}) is not a multiple of linear_num_key_heads ({})", source,
+                h.linear.n_v_heads, h.linear.n_k_heads);
+        if (h.conv_kernel > 16)
+            return make_error("{}: linear_conv_kernel_dim {} is above the supported 16", source,
+                              h.conv_kernel);
+    }
+    if (h.moe) {
+        h.n_expert = static_cast<int>(c.num_experts);
+        h.n_expert_used = static_cast<int>(c.num_experts_per_tok);
+        h.n_ff_expert = c.moe_intermediate_size;
+        h.n_ff_shared = c.shared_expert_intermediate_size;
+        if (h.n_expert <= 0 || h.n_expert_used <= 0 || h.n_expert_used > h.n_expert || h.n_ff_expert <= 0 ||
+            h.n_ff_shared <= 0)
+            return make_error(
+                "{}: {} needs num_experts, num_experts_per_tok (<= num_experts), moe_intermediate_size and "
+                "shared_expert_intermediate_size > 0 (found {}, {}, {}, {})",
+                source, arch.name, h.n_expert, h.n_expert_used, h.n_ff_expert, h.n_ff_shared);
+        hp.n_ff = h.n_ff_expert;
+    } else {
+        hp.n_ff = c.intermediate_size;
+    }
+    hp.hybrid = std::move(h);
+    PELICAN_TRY(validate_hparams(hp, source));
+    PELICAN_ASSIGN(RopeFreqs freqs,
+                   compute_rope_freqs(hp.rope_dim, hp.rope_theta, c.rope_scaling ? &*c.rope_scaling : nullptr,
+                                      hp.n_ctx_train, source));
+    hp.inv_freq = std::move(freqs.inv_freq);
+    hp.rope_attn_factor = freqs.attn_factor;
+    return hp;
+}
+
+}  // namespace pelican
