@@ -117,7 +117,11 @@ std::string describe(const AttnCase& c, Path path) {
            "/" + std::to_string(c.n_kv_head) + " hd " + std::to_string(c.hd) + " " +
            std::string(dtype_name(c.kv)) + " n_tok " + std::to_string(c.n_tok) + " pos0 " +
            std::to_string(c.pos0) + " window " + std::to_string(c.window) + " n_ctx " +
-           std::to_string(c.n_ctx);
+           std::to_string(c.n_ctx) +
+           (path == Path::kDecode
+                ? (c.kv == DType::F16 && (c.hd == 64 || c.hd == 128 || c.hd == 256) ? " [stream kernel]"
+                                                                                    : " [rows kernel]")
+                : "");
 }
 
 // Per-element bound of the file comment for q [n_tok][n_head][hd] against the cache.

@@ -345,8 +345,11 @@ __global__ void __launch_bounds__(kStreamThreads, RB <= 4 ? 3 : 2) attn_stream_k
         const int r = u / hd4, c = u - r * hd4;
         const int rg = r_begin + r, t = rg / group, h = kvh * group + rg % group;
         const float inv = 1.0f / st_l[r];
-        float4* o = reinterpret_cast<float4*>(p.out + (static_cast<size_t>(t) * p.n_head + h) * HD) + c;
-        *o = make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
+        float* o = p.out + (static_cast<size_t>(t) * p.n_head + h) * HD + c * 4;  // any alignment
+        o[0] = a.x * inv;
+        o[1] = a.y * inv;
+        o[2] = a.z * inv;
+        o[3] = a.w * inv;
     }
 }
 
