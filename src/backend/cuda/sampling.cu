@@ -347,7 +347,8 @@ __global__ void __launch_bounds__(kSelThreads)
         }
         __syncthreads();
         if (warp == 0) {                        // lane l owns digits 255 - 8l .. 248 - 8l (from the top)
-            const uint32_t need = s_remaining;  // read by every lane before the shuffles (a sync)
+            const uint32_t need = s_remaining;  // read by every lane before any lane writes it below
+            __syncwarp();                       // (explicit: racecheck does not count the shuffles)
             uint32_t h[8], sum = 0;
             for (int j = 0; j < 8; ++j) sum += h[j] = s_cnt[255 - 8 * lane - j];
             uint32_t incl = sum;
