@@ -14,7 +14,8 @@ public:
     DeviceBuffer() = default;
     // Returns an empty buffer when the allocation fails (check ok()).
     explicit DeviceBuffer(size_t bytes) {
-        if (bytes && cudaMalloc(&p_, bytes) == cudaSuccess) n_ = bytes;
+        if (bytes && cudaMalloc(&p_, bytes) == cudaSuccess)
+            n_ = bytes;
         else {
             p_ = nullptr;
             cudaGetLastError();
@@ -41,7 +42,9 @@ public:
     bool ok() const { return p_ != nullptr; }
     void* get() const { return p_; }
     template <typename T>
-    T* as() const { return static_cast<T*>(p_); }
+    T* as() const {
+        return static_cast<T*>(p_);
+    }
     size_t size() const { return n_; }
 
 private:

@@ -29,9 +29,9 @@ public:
     void run(const GpuMatrix& w, const float* x, int64_t n_tok, float* y, cudaStream_t stream);
 
 private:
-    void* handle_ = nullptr;   // cublasHandle_t
-    void* w_tile_ = nullptr;   // dequantized weight tile (F16)
-    void* x_conv_ = nullptr;   // activations converted to F16 / BF16
+    void* handle_ = nullptr;  // cublasHandle_t
+    void* w_tile_ = nullptr;  // dequantized weight tile (F16)
+    void* x_conv_ = nullptr;  // activations converted to F16 / BF16
     void* workspace_ = nullptr;
     size_t w_tile_bytes_ = 0, x_conv_bytes_ = 0, workspace_bytes_ = 0;
     int64_t max_n_in_ = 0, max_n_out_ = 0, max_tok_ = 0;

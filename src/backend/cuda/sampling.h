@@ -38,6 +38,7 @@ size_t sampling_workspace_bytes(int64_t n_vocab);
 // frequency); may be nullptr when n_penalty == 0. u_dev: device float, the uniform draw.
 // out_token: device int32. workspace: sampling_workspace_bytes(n_vocab) bytes.
 void sample_on_gpu(float* logits, int64_t n_vocab, const GpuSampleParams& p, const int32_t* penalty_ids,
-                   int n_penalty, const float* u_dev, int32_t* out_token, void* workspace, cudaStream_t stream);
+                   int n_penalty, const float* u_dev, int32_t* out_token, void* workspace,
+                   cudaStream_t stream);
 
 }  // namespace pelican::cuda
