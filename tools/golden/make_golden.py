@@ -23,11 +23,13 @@ the stored f32 weights up to f32 storage rounding; greedy continuations come fro
 """
 import argparse
 import glob
+import inspect
 import json
 import os
 import random
 import shutil
 import sys
+import types
 
 import torch
 import transformers
@@ -217,6 +219,7 @@ def build_hybrid_model(spec):
         print(f"  falling back to AutoConfig.for_model({spec['text_model_type']!r})", file=sys.stderr)
         config = transformers.AutoConfig.for_model(spec["text_model_type"], **cfg_dict)
     config._attn_implementation = "eager"
+    request_eager_experts(config)
     if model_cls is not None:
         model = model_cls(config)
     else:
@@ -224,7 +227,255 @@ def build_hybrid_model(spec):
         model = transformers.AutoModelForCausalLM.from_config(config)
     if list(config.layer_types) != HYBRID_BASE["layer_types"]:
         raise SystemExit(f"make_golden.py: layer_types came out as {config.layer_types}")
+    select_eager_experts(model)
     return config, model.to(torch.float32)
+
+
+# ---- float64 safety: MoE experts and the DeltaNet kernels ---------------------------------------------
+#
+# transformers 5.x picks the routed-experts backend from config._experts_implementation (a property on
+# PreTrainedConfig whose setter also reaches the sub-configs); PreTrainedModel.__init__ replaces None by
+# "grouped_mm", and the @use_experts_implementation forward reads self.config._experts_implementation at
+# every call ("eager" = the module's own per-expert loop). grouped_mm (torch.nn.functional.grouped_mm) only
+# takes f32/bf16/f16, so float64 references need "eager": ask for it on the config before the model is built,
+# then through model.set_experts_implementation("eager"), then on each experts module's config; finally
+# probe every experts module in float64 against an explicit loop and, if it fails or disagrees, replace its
+# forward by that loop. The shared expert (a plain gate/up/down MLP of nn.Linear) and the dense MLP are
+# not experts modules and are left alone.
+
+EXPERTS_IMPL = "eager"
+
+
+def _config_tree(config):
+    """config and its sub-configs (text_config etc., where it has any)."""
+    out, todo = [], [config]
+    while todo:
+        c = todo.pop()
+        if c is None or any(c is o for o in out):
+            continue
+        out.append(c)
+        for key in (getattr(c, "sub_configs", None) or {}):
+            todo.append(getattr(c, key, None))
+    return out
+
+
+def _set_experts_attr(config):
+    """Set _experts_implementation = "eager" on one config, through the property where there is one."""
+    try:
+        config._experts_implementation = EXPERTS_IMPL
+    except Exception as e:  # noqa: BLE001 - fall through to the internal attribute
+        print(f"  config._experts_implementation: {type(e).__name__}: {e}", file=sys.stderr)
+    if getattr(config, "_experts_implementation", None) != EXPERTS_IMPL:
+        try:
+            config._experts_implementation_internal = EXPERTS_IMPL
+        except Exception:  # noqa: BLE001
+            pass
+    return getattr(config, "_experts_implementation", None) == EXPERTS_IMPL
+
+
+def _knows_experts_attr(config):
+    """Whether this transformers has the attribute (5.x: a property on the config class). Not set
+    elsewhere: an unknown attribute could end up in config.json."""
+    return isinstance(getattr(type(config), "_experts_implementation", None), property) \
+        or hasattr(config, "_experts_implementation")
+
+
+def request_eager_experts(config):
+    for c in _config_tree(config):
+        if _knows_experts_attr(c):
+            _set_experts_attr(c)
+
+
+def experts_modules(model):
+    """(name, module) of the routed-experts modules: 3-D gate_up_proj / down_proj parameters. The shared
+    expert and dense MLPs hold nn.Linear submodules under those names, so they never match."""
+    found = []
+    for name, m in model.named_modules():
+        gu, dn = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
+        if isinstance(gu, torch.nn.Parameter) and isinstance(dn, torch.nn.Parameter) and gu.dim() == 3 \
+                and dn.dim() == 3:
+            found.append((name, m))
+    return found
+
+
+def select_eager_experts(model):
+    """After the model is built: the documented switch, then each experts module's own config."""
+    if not experts_modules(model):
+        return
+    setter = getattr(model, "set_experts_implementation", None)
+    if callable(setter):
+        try:
+            setter(EXPERTS_IMPL)
+        except Exception as e:  # noqa: BLE001 - the per-module config below still applies
+            print(f"  set_experts_implementation({EXPERTS_IMPL!r}): {type(e).__name__}: {e}", file=sys.stderr)
+    request_eager_experts(model.config)
+    for name, m in experts_modules(model):
+        cfg = getattr(m, "config", None)
+        if cfg is not None and _knows_experts_attr(cfg) \
+                and getattr(cfg, "_experts_implementation", None) != EXPERTS_IMPL:
+            _set_experts_attr(cfg)
+
+
+def experts_reference_forward(self, hidden_states, top_k_index, top_k_weights, **kwargs):
+    """The eager experts computation, spelled out in float64: for each token, for each selected expert e,
+    down_e(act(gate_e(x)) * up_e(x)) times its routing weight, summed over the selected experts."""
+    f64 = torch.float64
+    gate_up, down = self.gate_up_proj, self.down_proj
+    num_experts = gate_up.shape[0]
+    transposed = bool(getattr(self, "is_transposed", False))  # [E, in, out] instead of [E, out, in]
+    has_bias = bool(getattr(self, "has_bias", False))
+    gate_up_bias = getattr(self, "gate_up_proj_bias", None) if has_bias else None
+    down_bias = getattr(self, "down_proj_bias", None) if has_bias else None
+    # routing weights per selected slot [T, K] (Qwen style) or per expert [T, E] (DeepSeek style)
+    per_expert = tuple(top_k_weights.shape) != tuple(top_k_index.shape) and top_k_weights.shape[-1] == num_experts
+    x_all = hidden_states.to(f64)
+    out = torch.zeros(x_all.shape, dtype=f64, device=hidden_states.device)
+    for t in range(x_all.shape[0]):
+        x = x_all[t]
+        for k in range(top_k_index.shape[-1]):
+            e = int(top_k_index[t, k])
+            if e < 0 or e >= num_experts:  # expert-parallel sentinel: not on this rank
+                continue
+            w_gu, w_d = gate_up[e].to(f64), down[e].to(f64)
+            gu = x @ w_gu if transposed else w_gu @ x
+            if gate_up_bias is not None:
+                gu = gu + gate_up_bias[e].to(f64)
+            if hasattr(self, "_apply_gate"):  # transformers' default is chunk(2) -> act(gate) * up
+                h = self._apply_gate(gu.unsqueeze(0)).squeeze(0)
+            else:
+                gate, up = gu.chunk(2, dim=-1)
+                h = self.act_fn(gate) * up
+            y = h @ w_d if transposed else w_d @ h
+            if down_bias is not None:
+                y = y + down_bias[e].to(f64)
+            w = top_k_weights[t, e] if per_expert else top_k_weights[t, k]
+            out[t] += y * w.to(f64)
+    return out.to(hidden_states.dtype)
+
+
+def ensure_float64_experts(model):
+    """Call on the float64 model. Probes each experts module with random float64 routing and returns a
+    description of the implementation that will run (for reference.json)."""
+    mods = experts_modules(model)
+    if not mods:
+        return "none (dense MLP, no routed experts)"
+    gen = torch.Generator().manual_seed(0)  # private: leaves the global RNG alone
+    impls, patched = set(), []
+    for name, m in mods:
+        cfg = getattr(m, "config", None)
+        impls.add(str(getattr(cfg, "_experts_implementation", None)) if cfg is not None else "n/a")
+        num_experts = m.gate_up_proj.shape[0]
+        hidden = m.gate_up_proj.shape[1] if getattr(m, "is_transposed", False) else m.gate_up_proj.shape[2]
+        top_k = min(2, num_experts)
+        tokens = 7
+        x = torch.randn(tokens, hidden, generator=gen, dtype=torch.float64)
+        idx = torch.stack([torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(tokens)])
+        w = torch.rand(tokens, top_k, generator=gen, dtype=torch.float64) + 0.1
+        w = w / w.sum(-1, keepdim=True)
+        with torch.no_grad():
+            ref = experts_reference_forward(m, x, idx, w)
+            why = None
+            try:
+                got = m(x, idx, w)
+                if got.dtype != torch.float64:
+                    why = f"returned {got.dtype}"
+                else:
+                    rel = ((got - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
+                    if not rel <= 1e-10:
+                        why = f"differs from the explicit loop by {rel:.1e} (relative)"
+            except Exception as e:  # noqa: BLE001 - e.g. grouped_mm refusing float64
+                why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if why is not None:
+            print(f"  experts {name}: {why}; using the explicit float64 loop", file=sys.stderr)
+            m.forward = types.MethodType(experts_reference_forward, m)
+            patched.append(name)
+    if patched:
+        return (f"explicit float64 per-expert loop (make_golden.experts_reference_forward) on {len(patched)} of "
+                f"{len(mods)} experts modules; config._experts_implementation was {sorted(impls)}")
+    return f"{'/'.join(sorted(impls))} (transformers experts forward, float64-checked on {len(mods)} modules)"
+
+
+# The Gated DeltaNet / causal-conv kernels are bound when transformers imports the modeling file: the FLA
+# (flash-linear-attention) or causal-conv1d package when importable (Triton/CUDA, no float64 on the CPU),
+# else the torch reference functions. The torch ones take float64 (the delta rule runs in fp32 inside and
+# casts back; the convolutions run in the weight dtype), so rebind the module globals to the torch functions
+# (functools.wraps keeps them as __wrapped__), whatever was bound.
+LINEAR_ATTN_FUNCS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule",
+                     "causal_conv1d_fn", "causal_conv1d_update")
+
+
+def _torch_only(fn):
+    params = inspect.signature(fn).parameters
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return fn
+    names = set(params)
+
+    def call(*args, **kwargs):  # drop what the torch function does not take, as transformers' wrapper does
+        return fn(*args, **{k: v for k, v in kwargs.items() if k in names})
+    call.__name__, call.__module__, call.__wrapped__ = fn.__name__, fn.__module__, fn
+    return call
+
+
+def _bound_implementation(fn):
+    """The implementation transformers' hub/fallback wrapper bound (None where it cannot be told)."""
+    f = fn
+    for _ in range(8):
+        try:
+            impl = inspect.getclosurevars(f).nonlocals.get("implementation")
+        except Exception:  # noqa: BLE001 - not a plain Python function
+            impl = None
+        if impl is not None:
+            return impl
+        f = getattr(f, "__wrapped__", None)
+        if f is None:
+            return None
+    return None
+
+
+def force_torch_linear_attention(model):
+    """Rebind the DeltaNet kernel functions of the model's modeling module(s) to their torch versions;
+    returns {function: what runs} for reference.json."""
+    report = {}
+    modnames = {type(m).__module__ for m in model.modules()
+                if type(m).__name__.endswith("GatedDeltaNet") or hasattr(m, "A_log")}
+    for modname in sorted(modnames):
+        mod = sys.modules.get(modname)
+        if mod is None:
+            continue
+        short = modname.rsplit(".", 1)[-1]
+        for fname in LINEAR_ATTN_FUNCS:
+            fn = getattr(mod, fname, None)
+            if not callable(fn):
+                continue
+            inner = inspect.unwrap(fn)
+            bound = _bound_implementation(fn)
+            was = "" if bound is None or bound is inner else \
+                f" (was {getattr(bound, '__module__', '?')}.{getattr(bound, '__name__', repr(bound))})"
+            if inner is fn:
+                report[f"{short}.{fname}"] = "torch reference"
+            elif inspect.isfunction(inner) and inner.__module__ == modname and inner.__name__ == fname:
+                setattr(mod, fname, _torch_only(inner))
+                report[f"{short}.{fname}"] = "torch reference" + was
+            else:
+                report[f"{short}.{fname}"] = f"left as is: {getattr(inner, '__module__', '?')}.{fname}{was}"
+                print(f"  {modname}.{fname}: cannot find its torch version; left as is", file=sys.stderr)
+        # Older transformers kept the chosen kernels on each DeltaNet instance instead.
+        for m in model.modules():
+            if type(m).__module__ != modname:
+                continue
+            for attr in ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
+                         "recurrent_gated_delta_rule"):
+                v = m.__dict__.get(attr)
+                if not callable(v) or (getattr(v, "__module__", "") or "").startswith("transformers"):
+                    continue
+                torch_fn = getattr(mod, "torch_" + attr, None)
+                if callable(torch_fn):
+                    setattr(m, attr, torch_fn)
+                    report[f"{short}.<instance>.{attr}"] = f"torch_{attr} (was {v.__module__})"
+                elif attr == "causal_conv1d_fn":  # None selects the nn.Conv1d path there
+                    setattr(m, attr, None)
+                    report[f"{short}.<instance>.{attr}"] = f"nn.Conv1d path (was {v.__module__})"
+    return report
 
 
 def perturb_hybrid(model, gen):
@@ -264,7 +515,9 @@ def make_hybrid_variant(seed_index, name, spec, out_root, tok_dir, tok):
                                               last row, step i = the logits of decode step i (recurrent path)
 
     All logits come from the model in float64 on the CPU (transformers runs the DeltaNet kernels,
-    norms and router softmax in fp32 inside it), stored as f32.
+    norms and router softmax in fp32 inside it), stored as f32. The MoE experts run the eager per-expert
+    loop (grouped_mm has no float64) and the DeltaNet kernels their torch versions; reference.json
+    records both (experts_implementation, linear_attention_kernels).
     """
     seed = SEED + seed_index
     torch.manual_seed(seed)
@@ -289,6 +542,9 @@ def make_hybrid_variant(seed_index, name, spec, out_root, tok_dir, tok):
     if len(prompt) < 100:
         raise SystemExit(f"make_golden.py: the hybrid prompt has only {len(prompt)} tokens (need >= 100)")
     m64 = model.to(torch.float64)
+    linear_attn_kernels = force_torch_linear_attention(m64)
+    experts_impl = ensure_float64_experts(m64)
+    print(f"  experts: {experts_impl}")
     with torch.no_grad():
         la = m64(torch.tensor([tokens_a])).logits[0].to(torch.float32)
         lb = m64(torch.tensor([tokens_b])).logits[0].to(torch.float32)
@@ -321,7 +577,8 @@ def make_hybrid_variant(seed_index, name, spec, out_root, tok_dir, tok):
                 transformers=transformers.__version__, tokens_a=tokens_a, tokens_b=tokens_b,
                 greedy_prompt_text=HYBRID_PROMPT, greedy_prompt=prompt, greedy_tokens=g,
                 greedy_text=tok.decode(g), n_params=sum(p.numel() for p in model.parameters()),
-                layer_types=list(config.layer_types),
+                layer_types=list(config.layer_types), experts_implementation=experts_impl,
+                linear_attention_kernels=linear_attn_kernels,
                 hf_cached_vs_full_max_rel=cache_diff, hf_prefill_vs_step0_max_rel=prefill_diff)
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump(meta, f, indent=1, ensure_ascii=False)
