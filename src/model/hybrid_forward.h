@@ -12,6 +12,13 @@
 // eval at pos0 below the current position replays the kept tokens 0..pos0-1 from a reset state (the
 // pass keeps its token history); positions must otherwise follow on (pos0 == n_past).
 // The block math is the scalar reference ops (ops/ops_qwen35.h) plus the CPU matmuls: correct, not fast.
+//
+// Multi-token prediction (mtp.*, when the model has it; research §1.7, as vLLM runs it): for main
+// position p with final-normed hidden state h_p and the next token x_{p+1},
+//   z = fc(concat[rms_norm_zc(embd[x_{p+1}], pre_fc_norm_embedding), rms_norm_zc(h_p, pre_fc_norm_hidden)])
+//   z = MTP decoder layer (gated full attention + MoE / MLP) at rope position p + 1 over its own KV
+//       cache (slot p), then logits = lm_head(rms_norm_zc(z, mtp.norm))   -> a draft for x_{p+2}.
+// Only mtp.layers.0 runs (every released Qwen3.5 has one MTP layer).
 #pragma once
 
 #include <cstdint>
@@ -38,7 +45,7 @@ public:
     int64_t n_ctx() const override { return kv_.n_ctx(); }
     int64_t n_batch() const override { return n_batch_; }
     const Model& model() const override { return model_; }
-    size_t kv_bytes() const override { return kv_.bytes() + state_.bytes(); }
+    size_t kv_bytes() const override { return kv_.bytes() + state_.bytes() + mtp_kv_.bytes(); }
 
     int64_t n_past() const { return static_cast<int64_t>(history_.size()); }
     // The DeltaNet state (conv inputs + S) of this sequence: copy it to snapshot, assign to roll back
@@ -46,16 +53,40 @@ public:
     RecurrentState& recurrent_state() { return state_; }
     // Last hidden state (after the final norm) of the last evaluated token [n_embd]: the MTP input.
     std::span<const float> last_hidden() const { return last_hidden_; }
+    // When on, eval also keeps the final-normed hidden state of every token it was given
+    // (hidden_rows(): [n_tokens of the last eval call, n_embd]); the input to prime the MTP cache.
+    void set_keep_hidden(bool on) { keep_hidden_ = on; }
+    std::span<const float> hidden_rows() const { return hidden_rows_; }
+
+    // ---- multi-token prediction ----
+    bool has_mtp() const { return w_.mtp.present; }
+    // Runs the MTP block on n rows: row i is main position p = pos0 + i, with hidden[i] = h_p
+    // [n_embd] and next_tokens[i] = x_{p+1}. Writes MTP KV slots pos0 .. pos0+n-1 (pos0 may rewind to
+    // any earlier slot, but not skip past mtp_n_past()). mtp_logits() then holds the last row's
+    // logits (the draft for x_{pos0+n+1}); all_logits, when given, receives every row [n, n_vocab].
+    Status mtp_eval(std::span<const int32_t> next_tokens, std::span<const float> hidden, int64_t pos0,
+                    ThreadPool& pool, std::span<float> all_logits = {});
+    // After eval of x_0..x_t: mtp_eval({x_{t+1}}, last_hidden(), t), the logits of the draft for x_{t+2}.
+    Status mtp_draft(int32_t next_token, ThreadPool& pool);
+    std::span<const float> mtp_logits() const { return mtp_logits_; }
+    int64_t mtp_n_past() const { return mtp_n_past_; }
 
 private:
     HybridForward(const Model& m, KvCache kv, int64_t n_batch);
     void alloc_scratch();
     void eval_chunk(const int32_t* tokens, int64_t n, int64_t pos0, ThreadPool& pool, float* all_logits);
+    void mtp_chunk(const int32_t* tokens, const float* hidden, int64_t n, int64_t pos0, ThreadPool& pool,
+                   float* all_logits);
+    // x_ += mixer(norm(x_)); x_ += mlp(norm(x_)) for a full-attention layer whose K/V rows live at
+    // kc / vc (slot pos0 onwards); rope tables cos_ / sin_ must be set for the n rows.
+    void attention_layer(const HybridLayerWeights& L, float* kc, float* vc, int64_t n, int64_t pos0,
+                         ThreadPool& pool);
     // Mixers and MLPs over n tokens: read xn_, write proj_.
     void deltanet(int il, int64_t n, ThreadPool& pool);
-    void attention(int il, int64_t n, int64_t pos0, ThreadPool& pool);
-    void moe(int il, int64_t n, ThreadPool& pool);
-    void mlp(int il, int64_t n, ThreadPool& pool);
+    void attention(const GatedAttentionWeights& W, float* kc, float* vc, int64_t n, int64_t pos0,
+                   ThreadPool& pool);
+    void moe(const MoeWeights& W, int64_t n, ThreadPool& pool);
+    void mlp(const SwigluWeights& W, int64_t n, ThreadPool& pool);
 
     const Model& model_;
     const ModelHParams& hp_;
@@ -83,6 +114,14 @@ private:
     std::vector<float> sel_w_, gather_, sh_gate_;  // [n_batch], [n_batch, n_embd], [n_batch]
     std::vector<float> expert_out_;                // [n_batch, n_embd]
     std::vector<float> last_logits_, last_hidden_;
+    bool keep_hidden_ = false;
+    std::vector<float> hidden_rows_;  // [n tokens of the last eval, n_embd] when keep_hidden_
+
+    // MTP: its own KV cache (one slot per main position), fc input scratch, logits.
+    KvCache mtp_kv_;
+    int64_t mtp_n_past_ = 0;
+    std::vector<float> mtp_in_;  // [n_batch, 2 n_embd]
+    std::vector<float> mtp_logits_;
 };
 
 // For runtime/forward_factory.cpp: the CPU pass of a hybrid model as a ForwardPass.

@@ -40,14 +40,27 @@ void HybridForward::deltanet(int il, int64_t n, ThreadPool& pool) {
     cpu::matmul(W.out, core_.data(), n, proj_.data(), pool);
 }
 
-void HybridForward::attention(int il, int64_t n, int64_t pos0, ThreadPool& pool) {
-    const GatedAttentionWeights& W = w_.layers[static_cast<size_t>(il)].attn;
+void HybridForward::attention_layer(const HybridLayerWeights& L, float* kc, float* vc, int64_t n,
+                                    int64_t pos0, ThreadPool& pool) {
+    const int64_t e = hp_.n_embd;
+    cpu::rms_norm(x_.data(), L.attn_norm, xn_.data(), n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
+    attention(L.attn, kc, vc, n, pos0, pool);
+    cpu::add(x_.data(), proj_.data(), x_.data(), n * e);
+    cpu::rms_norm(x_.data(), L.ffn_norm, xn_.data(), n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
+    if (hy_.moe)
+        moe(L.moe, n, pool);
+    else
+        mlp(L.mlp, n, pool);
+    cpu::add(x_.data(), proj_.data(), x_.data(), n * e);
+}
+
+void HybridForward::attention(const GatedAttentionWeights& W, float* kc, float* vc, int64_t n, int64_t pos0,
+                              ThreadPool& pool) {
     const int hd = static_cast<int>(hp_.head_dim), nh = static_cast<int>(hp_.n_head);
     const int nkv = static_cast<int>(hp_.n_head_kv), n_rot = static_cast<int>(hp_.rope_dim);
     const int64_t qd = hp_.q_dim(), kvd = hp_.kv_dim();
-    const int slot = kv_index_[static_cast<size_t>(il)];
-    float* k = kv_.k(slot) + pos0 * kvd;  // this chunk's K/V rows go straight into the cache
-    float* v = kv_.v(slot) + pos0 * kvd;
+    float* k = kc + pos0 * kvd;  // this chunk's K/V rows go straight into the cache
+    float* v = vc + pos0 * kvd;
     cpu::matmul(W.wq, xn_.data(), n, qg_.data(), pool);
     cpu::matmul(W.wk, xn_.data(), n, k, pool);
     cpu::matmul(W.wv, xn_.data(), n, v, pool);
@@ -62,7 +75,7 @@ void HybridForward::attention(int il, int64_t n, int64_t pos0, ThreadPool& pool)
     ap.head_dim = hd;
     ap.scale = hp_.attn_scale;
     ap.kv_type = DType::F32;
-    cpu::attention(q_.data(), kv_.k(slot), kv_.v(slot), pos0, n, ap, attn_.data(), pool);
+    cpu::attention(q_.data(), kc, vc, pos0, n, ap, attn_.data(), pool);
     ref::sigmoid_gate_mul(attn_.data(), gate_.data(), n * qd);
     cpu::matmul(W.wo, attn_.data(), n, proj_.data(), pool);
 }
@@ -80,13 +93,11 @@ void swiglu_mlp(const SwigluWeights& W, const float* x, int64_t n, float* a, flo
 
 }  // namespace
 
-void HybridForward::mlp(int il, int64_t n, ThreadPool& pool) {
-    swiglu_mlp(w_.layers[static_cast<size_t>(il)].mlp, xn_.data(), n, ff_a_.data(), ff_b_.data(),
-               proj_.data(), pool);
+void HybridForward::mlp(const SwigluWeights& W, int64_t n, ThreadPool& pool) {
+    swiglu_mlp(W, xn_.data(), n, ff_a_.data(), ff_b_.data(), proj_.data(), pool);
 }
 
-void HybridForward::moe(int il, int64_t n, ThreadPool& pool) {
-    const MoeWeights& W = w_.layers[static_cast<size_t>(il)].moe;
+void HybridForward::moe(const MoeWeights& W, int64_t n, ThreadPool& pool) {
     const int64_t e = hp_.n_embd;
     const int E = hy_.n_expert, k = hy_.n_expert_used;
     cpu::matmul(W.router, xn_.data(), n, router_.data(), pool);

@@ -194,8 +194,8 @@ public:
         conv_.assign(static_cast<size_t>(s.n_layer),
                      Vec(static_cast<size_t>((s.conv - 1) * s.conv_dim()), 0.0));
         ssm_.assign(static_cast<size_t>(s.n_layer), Vec(static_cast<size_t>(s.nv * s.dk * s.dv), 0.0));
-        k_.resize(static_cast<size_t>(s.n_layer));
-        v_.resize(static_cast<size_t>(s.n_layer));
+        k_.resize(static_cast<size_t>(s.n_layer) + 1);  // the last slot is the MTP layer's
+        v_.resize(static_cast<size_t>(s.n_layer) + 1);
     }
 
     // Logits [n_vocab] of `tok` at the next position.
@@ -206,14 +206,43 @@ public:
         for (int l = 0; l < s_.n_layer; ++l) {
             const std::string p = fmt::format("{}layers.{}.", s_.prefix, l);
             Vec h = norm_zc(x, W(p + "input_layernorm.weight"));
-            const Vec o = s_.full(l) ? attention(l, p + "self_attn.", h) : deltanet(l, p + "linear_attn.", h);
+            const Vec o =
+                s_.full(l) ? attention(l, p + "self_attn.", h, pos_) : deltanet(l, p + "linear_attn.", h);
             for (int i = 0; i < E; ++i) x[i] += o[i];
             h = norm_zc(x, W(p + "post_attention_layernorm.weight"));
             const Vec m = s_.moe ? moe(p + "mlp.", h) : swiglu(p + "mlp.", h, s_.ff_dense);
             for (int i = 0; i < E; ++i) x[i] += m[i];
         }
         ++pos_;
-        return linear("lm_head.weight", norm_zc(x, W(s_.prefix + "norm.weight")), s_.n_vocab);
+        hidden_ = norm_zc(x, W(s_.prefix + "norm.weight"));
+        return linear("lm_head.weight", hidden_, s_.n_vocab);
+    }
+    // The final-normed hidden state of the last step's token (the MTP input h_t).
+    const Vec& hidden() const { return hidden_; }
+
+    // One MTP step (research §1.7): h = main hidden state h_p at position p, tok = x_{p+1}:
+    //   z = fc(concat[norm_zc(embd[tok], pre_fc_norm_embedding), norm_zc(h, pre_fc_norm_hidden)])
+    //   z = decoder layer mtp.layers.0 (full attention at position p + 1 over the MTP's own K/V, then MoE)
+    //   logits = lm_head(norm_zc(z, mtp.norm)).
+    // Steps must come for consecutive p = 0, 1, 2, ... (the MTP K/V list grows by one per call).
+    Vec mtp_step(int32_t tok, const Vec& h) {
+        const int E = s_.n_embd;
+        const auto& emb = W(s_.prefix + "embed_tokens.weight");
+        const Vec e(emb.begin() + tok * E, emb.begin() + (tok + 1) * E);
+        Vec cat = norm_zc(e, W("mtp.pre_fc_norm_embedding.weight"));
+        const Vec hn = norm_zc(h, W("mtp.pre_fc_norm_hidden.weight"));
+        cat.insert(cat.end(), hn.begin(), hn.end());
+        Vec x = linear("mtp.fc.weight", cat, E);
+        const std::string p = "mtp.layers.0.";
+        const int l = s_.n_layer;
+        const int pos = static_cast<int>(k_[static_cast<size_t>(l)].size()) + 1;
+        Vec a = norm_zc(x, W(p + "input_layernorm.weight"));
+        const Vec o = attention(l, p + "self_attn.", a, pos);
+        for (int i = 0; i < E; ++i) x[i] += o[i];
+        a = norm_zc(x, W(p + "post_attention_layernorm.weight"));
+        const Vec m = s_.moe ? moe(p + "mlp.", a) : swiglu(p + "mlp.", a, s_.ff_dense);
+        for (int i = 0; i < E; ++i) x[i] += m[i];
+        return linear("lm_head.weight", norm_zc(x, W("mtp.norm.weight")), s_.n_vocab);
     }
 
 private:
@@ -277,7 +306,7 @@ private:
         return y;
     }
 
-    Vec attention(int l, const std::string& p, const Vec& h) {
+    Vec attention(int l, const std::string& p, const Vec& h, int pos) {
         const int NH = s_.n_head, NKV = s_.n_kv, HD = s_.head_dim, R = s_.rot();
         const Vec qg = linear(p + "q_proj.weight", h, 2 * NH * HD);
         Vec k = linear(p + "k_proj.weight", h, NKV * HD), v = linear(p + "v_proj.weight", h, NKV * HD);
@@ -292,7 +321,7 @@ private:
                 const Vec y = norm_zc(x, nw, static_cast<size_t>(hh * HD), static_cast<size_t>(HD));
                 for (int d = 0; d < HD; ++d) x[hh * HD + d] = y[d];
                 for (int i = 0; i < R / 2; ++i) {  // NeoX pairs (i, i + R/2) of the first R dims
-                    const double a = pos_ * std::pow(s_.theta, -2.0 * i / R);
+                    const double a = pos * std::pow(s_.theta, -2.0 * i / R);
                     const double x1 = x[hh * HD + i], x2 = x[hh * HD + i + R / 2];
                     x[hh * HD + i] = x1 * std::cos(a) - x2 * std::sin(a);
                     x[hh * HD + i + R / 2] = x2 * std::cos(a) + x1 * std::sin(a);
@@ -384,6 +413,7 @@ private:
     const HybridSpec& s_;
     const HfWeightsMap& w_;
     int pos_ = 0;
+    Vec hidden_;
     std::vector<Vec> conv_, ssm_;
     std::vector<std::vector<Vec>> k_, v_;
 };
