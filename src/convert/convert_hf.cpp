@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "convert/convert.h"
+#include "convert/convert_hybrid.h"
 #include "convert/metadata.h"
 #include "core/log.h"
 #include "formats/hf_config.h"
@@ -51,6 +52,7 @@ Expected<ConvertJob> plan_convert_hf(const std::string& folder, const ConvertOpt
         return make_error("{}: model_type \"{}\" is not supported (supported: {})", cfg_path, cfg.model_type,
                           supported_arch_list());
     PELICAN_ASSIGN(ModelHParams hp, hparams_from_hf(cfg, *arch, cfg_path));
+    if (arch->hybrid) return plan_convert_hybrid(folder, opt, cfg, hp);
 
     auto tok = Tokenizer::from_hf(folder);
     if (!tok) return make_error("{}: cannot read the tokenizer: {}", folder, tok.error().message);

@@ -52,6 +52,85 @@ Status finish_rope(ModelHParams& hp, const RopeScaling* scaling, std::string_vie
     return {};
 }
 
+// The hybrid Qwen3.5 archs (qwen35moe, qwen35) with llama.cpp's keys: block_count counts the MTP
+// layers appended after the main stack (nextn_predict_layers); the DeltaNet heads come as
+// ssm.{group_count = n_k_heads, time_step_rank = n_v_heads, state_size = d_k, inner_size = n_v * d_v,
+// conv_kernel}; full-attention layers from attention.recurrent_layers (bool per layer) when present,
+// else every full_attention_interval-th layer. The DeltaNet value heads are in llama.cpp's tiled order.
+Expected<ModelHParams> hybrid_hparams_from_gguf(const GgufFile& f, const ArchSpec& arch, const GgufKeys& k) {
+    ModelHParams hp;
+    hp.arch = &arch;
+    hp.rope_layout = RopeLayout::kNeox;
+    HybridHParams h;
+    h.moe = arch.name == "qwen35moe";
+    PELICAN_ASSIGN(hp.n_embd, k.int_required("embedding_length"));
+    PELICAN_ASSIGN(const int64_t n_block, k.int_required("block_count"));
+    PELICAN_ASSIGN(h.n_mtp_layers, k.int_or("nextn_predict_layers", 0));
+    hp.n_layer = n_block - h.n_mtp_layers;
+    if (h.n_mtp_layers < 0 || hp.n_layer <= 0)
+        return make_error("{}: {}block_count {} with nextn_predict_layers {} leaves no main layers", f.name(),
+                          k.prefix, n_block, h.n_mtp_layers);
+    PELICAN_ASSIGN(hp.n_head, k.int_required("attention.head_count"));
+    PELICAN_ASSIGN(hp.n_head_kv, k.int_or("attention.head_count_kv", hp.n_head));
+    PELICAN_ASSIGN(hp.n_ctx_train, k.int_or("context_length", 0));
+    PELICAN_ASSIGN(hp.n_vocab, k.int_or("vocab_size", 0));
+    PELICAN_ASSIGN(hp.head_dim, k.int_required("attention.key_length"));
+    PELICAN_ASSIGN(hp.rope_dim, k.int_or("rope.dimension_count", hp.head_dim));
+    PELICAN_ASSIGN(hp.rope_theta, k.float_or("rope.freq_base", 10000.0));
+    PELICAN_ASSIGN(const double eps, k.float_or("attention.layer_norm_rms_epsilon", 1e-6));
+    hp.rms_eps = static_cast<float>(eps);
+    hp.attn_scale = hp.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(hp.head_dim)) : 0.0f;
+
+    if (const auto rec = f.get_i32_array(k.key("attention.recurrent_layers"))) {
+        if (static_cast<int64_t>(rec->size()) < hp.n_layer)
+            return make_error("{}: {}attention.recurrent_layers has {} entries for {} layers", f.name(),
+                              k.prefix, rec->size(), hp.n_layer);
+        for (int64_t i = 0; i < hp.n_layer; ++i)
+            h.full_attention.push_back((*rec)[static_cast<size_t>(i)] ? 0 : 1);
+    } else {
+        PELICAN_ASSIGN(const int64_t every, k.int_or("full_attention_interval", 4));
+        if (every <= 0)
+            return make_error("{}: {}full_attention_interval must be positive, found {}", f.name(), k.prefix,
+                              every);
+        for (int64_t i = 0; i < hp.n_layer; ++i) h.full_attention.push_back((i + 1) % every == 0 ? 1 : 0);
+    }
+    PELICAN_ASSIGN(const int64_t nk, k.int_or("ssm.group_count", 0));
+    PELICAN_ASSIGN(const int64_t nv, k.int_or("ssm.time_step_rank", 0));
+    PELICAN_ASSIGN(const int64_t dk, k.int_or("ssm.state_size", 0));
+    PELICAN_ASSIGN(const int64_t inner, k.int_or("ssm.inner_size", 0));
+    PELICAN_ASSIGN(const int64_t conv, k.int_or("ssm.conv_kernel", 4));
+    h.linear = DeltaNetShape{.n_k_heads = static_cast<int>(nk),
+                             .n_v_heads = static_cast<int>(nv),
+                             .d_k = static_cast<int>(dk),
+                             .d_v = nv > 0 ? static_cast<int>(inner / nv) : 0,
+                             .v_tiled = true};
+    h.conv_kernel = static_cast<int>(conv);
+    if (h.n_linear_layers() > 0 && (nk <= 0 || nv <= 0 || dk <= 0 || inner <= 0 || inner % nv != 0 ||
+                                    nv % nk != 0 || conv <= 0 || conv > 16))
+        return make_error(
+            "{}: bad DeltaNet keys {}ssm.* (group_count {}, time_step_rank {}, state_size {}, inner_size {}, "
+            "conv_kernel {})",
+            f.name(), k.prefix, nk, nv, dk, inner, conv);
+    if (h.moe) {
+        PELICAN_ASSIGN(const int64_t ne, k.int_required("expert_count"));
+        PELICAN_ASSIGN(const int64_t nu, k.int_required("expert_used_count"));
+        PELICAN_ASSIGN(h.n_ff_expert, k.int_required("expert_feed_forward_length"));
+        PELICAN_ASSIGN(h.n_ff_shared, k.int_required("expert_shared_feed_forward_length"));
+        h.n_expert = static_cast<int>(ne);
+        h.n_expert_used = static_cast<int>(nu);
+        if (ne <= 0 || nu <= 0 || nu > ne || h.n_ff_expert <= 0 || h.n_ff_shared <= 0)
+            return make_error("{}: bad expert keys (count {}, used {}, ff {}, shared ff {})", f.name(), ne,
+                              nu, h.n_ff_expert, h.n_ff_shared);
+        hp.n_ff = h.n_ff_expert;
+    } else {
+        PELICAN_ASSIGN(hp.n_ff, k.int_required("feed_forward_length"));
+    }
+    hp.hybrid = std::move(h);
+    PELICAN_TRY(validate_hparams(hp, f.name()));
+    PELICAN_TRY(finish_rope(hp, nullptr, f.name()));
+    return hp;
+}
+
 }  // namespace
 
 Status validate_hparams(const ModelHParams& hp, std::string_view source) {
@@ -84,11 +163,9 @@ Status validate_hparams(const ModelHParams& hp, std::string_view source) {
 }
 
 Expected<ModelHParams> hparams_from_gguf(const GgufFile& f, const ArchSpec& arch) {
-    if (arch.hybrid)
-        return make_error("{}: GGUF {} models are not supported yet (load the Hugging Face folder)", f.name(),
-                          arch.name);
     const std::string arch_key = f.get_string("general.architecture").value_or(std::string(arch.name));
     const GgufKeys k{f, arch_key + "."};
+    if (arch.hybrid) return hybrid_hparams_from_gguf(f, arch, k);
     ModelHParams hp;
     hp.arch = &arch;
     hp.rope_layout = arch.gguf_rope;

@@ -1,6 +1,8 @@
 // Loading of the hybrid Qwen3.5 weights from a Hugging Face folder (model/hybrid_weights.h).
 #include "model/hybrid_weights.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/dequantize.h"
@@ -55,6 +57,15 @@ public:
         return static_cast<const float*>(out);
     }
     Expected<const float*> vec(const std::string& name, int64_t n) { return floats(name, {n}); }
+    // A vector stored transformed (GGUF): an owned fp32 copy with fn applied to every value.
+    Expected<const float*> vec_mapped(const std::string& name, int64_t n, float (*fn)(float)) {
+        PELICAN_ASSIGN(const float* v, floats(name, {n}));
+        PELICAN_ASSIGN(Buffer b, Buffer::allocate(static_cast<size_t>(n) * sizeof(float)));
+        auto* out = static_cast<float*>(b.data());
+        for (int64_t i = 0; i < n; ++i) out[i] = fn(v[i]);
+        hw_.owned.push_back(std::move(b));
+        return static_cast<const float*>(out);
+    }
 
     // Rows [row0, row0 + n_rows) of matrix `m` of a 3-D tensor t (torch [n_mat, rows, n_in]) as a 2-D view.
     Expected<cpu::Weight> slice(const Tensor& t, int64_t m, int64_t row0, int64_t n_rows, std::string label) {
@@ -66,6 +77,11 @@ public:
     }
 
     const WeightSource& src() const { return src_; }
+    // A name that lives as long as the weights (Tensor::name is a view).
+    const std::string& keep_name(std::string n) {
+        hw_.names.push_back(std::move(n));
+        return hw_.names.back();
+    }
 
 private:
     const WeightSource& src_;
@@ -162,13 +178,153 @@ Status load_mtp(HfLoader& L, const ModelHParams& hp, MtpWeights& m) {
     return {};
 }
 
+// ---- GGUF (llama.cpp's names for qwen35moe / qwen35) ---------------------------------------------
+// llama.cpp's converter stores the zero-centred norms as 1 + w (exact to recover: w = stored - 1 is
+// exact in fp32 for stored in [0.5, 2], and pelican computes 1 + w again), A_log as A = -exp(A_log)
+// (recovered as log(-A)), conv1d as [C, K], dt_bias as ssm_dt.bias, splits the fused experts into
+// ffn_{gate,up,down}_exps [E, ...] (or keeps ffn_gate_up_exps), and reorders the DeltaNet value
+// heads to tiled order (handled by DeltaNetShape::v_tiled, no weight change needed here).
+float zc_from_gguf(float w) { return w - 1.0f; }
+float a_log_from_gguf(float a) { return std::log(-a); }
+
+Status gguf_swiglu(HfLoader& L, const std::string& p, const std::string& sfx, int64_t e, int64_t ff,
+                   SwigluWeights& w) {
+    PELICAN_ASSIGN(w.gate, L.matrix(p + "ffn_gate" + sfx + ".weight", ff, e));
+    PELICAN_ASSIGN(w.up, L.matrix(p + "ffn_up" + sfx + ".weight", ff, e));
+    PELICAN_ASSIGN(w.down, L.matrix(p + "ffn_down" + sfx + ".weight", e, ff));
+    return {};
+}
+
+Status gguf_moe(HfLoader& L, const std::string& p, const ModelHParams& hp, MoeWeights& w) {
+    const HybridHParams& h = *hp.hybrid;
+    const int64_t e = hp.n_embd, ff = h.n_ff_expert, E = h.n_expert;
+    PELICAN_ASSIGN(w.router, L.matrix(p + "ffn_gate_inp.weight", E, e));
+    PELICAN_TRY(gguf_swiglu(L, p, "_shexp", e, h.n_ff_shared, w.shared));
+    {  // llama.cpp declares it [n_embd]; its converter writes HF's [1, n_embd]
+        const std::string name = p + "ffn_gate_inp_shexp.weight";
+        PELICAN_ASSIGN(std::optional<Tensor> g, L.src().find(name));
+        if (!g) return make_error("{}: missing tensor {} (expected shape [{}])", L.src().path(), name, e);
+        if (g->n_elements() != e || g->ne[0] != e)
+            return make_error("{}: tensor {} has {} elements, expected [{}] or [1, {}]", L.src().path(), name,
+                              g->n_elements(), e, e);
+        PELICAN_ASSIGN(Tensor v, Tensor::contiguous_view(g->dtype, {e, 1}, g->data, L.keep_name(name)));
+        PELICAN_ASSIGN(w.shared_gate, L.prepare(v));
+    }
+    w.experts.resize(static_cast<size_t>(E));
+    PELICAN_ASSIGN(std::optional<Tensor> down, L.get(p + "ffn_down_exps.weight", {E, e, ff}, true));
+    PELICAN_ASSIGN(std::optional<Tensor> gate_up,
+                   L.get(p + "ffn_gate_up_exps.weight", {E, 2 * ff, e}, false));
+    std::optional<Tensor> gate, up;
+    if (!gate_up) {
+        PELICAN_ASSIGN(gate, L.get(p + "ffn_gate_exps.weight", {E, ff, e}, true));
+        PELICAN_ASSIGN(up, L.get(p + "ffn_up_exps.weight", {E, ff, e}, true));
+    }
+    for (int64_t x = 0; x < E; ++x) {
+        SwigluWeights& s = w.experts[static_cast<size_t>(x)];
+        if (gate_up) {
+            PELICAN_ASSIGN(s.gate,
+                           L.slice(*gate_up, x, 0, ff, fmt::format("{}ffn_gate_up_exps[{}].gate", p, x)));
+            PELICAN_ASSIGN(s.up,
+                           L.slice(*gate_up, x, ff, ff, fmt::format("{}ffn_gate_up_exps[{}].up", p, x)));
+        } else {
+            PELICAN_ASSIGN(s.gate, L.slice(*gate, x, 0, ff, fmt::format("{}ffn_gate_exps[{}]", p, x)));
+            PELICAN_ASSIGN(s.up, L.slice(*up, x, 0, ff, fmt::format("{}ffn_up_exps[{}]", p, x)));
+        }
+        PELICAN_ASSIGN(s.down, L.slice(*down, x, 0, e, fmt::format("{}ffn_down_exps[{}]", p, x)));
+    }
+    return {};
+}
+
+Status gguf_layer(HfLoader& L, const std::string& p, const ModelHParams& hp, bool full,
+                  HybridLayerWeights& l) {
+    const HybridHParams& h = *hp.hybrid;
+    const int64_t e = hp.n_embd;
+    l.full_attention = full;
+    PELICAN_ASSIGN(l.attn_norm, L.vec_mapped(p + "attn_norm.weight", e, zc_from_gguf));
+    PELICAN_ASSIGN(l.ffn_norm, L.vec_mapped(p + "post_attention_norm.weight", e, zc_from_gguf));
+    if (full) {
+        GatedAttentionWeights& a = l.attn;
+        const int64_t q = hp.q_dim(), kv = hp.kv_dim();
+        PELICAN_ASSIGN(a.wq, L.matrix(p + "attn_q.weight", 2 * q, e));
+        PELICAN_ASSIGN(a.wk, L.matrix(p + "attn_k.weight", kv, e));
+        PELICAN_ASSIGN(a.wv, L.matrix(p + "attn_v.weight", kv, e));
+        PELICAN_ASSIGN(a.wo, L.matrix(p + "attn_output.weight", e, q));
+        PELICAN_ASSIGN(a.q_norm, L.vec_mapped(p + "attn_q_norm.weight", hp.head_dim, zc_from_gguf));
+        PELICAN_ASSIGN(a.k_norm, L.vec_mapped(p + "attn_k_norm.weight", hp.head_dim, zc_from_gguf));
+    } else {
+        DeltaNetWeights& d = l.linear;
+        const int64_t nv = h.linear.n_v_heads, cd = h.linear.conv_dim(), vd = h.linear.value_dim();
+        PELICAN_ASSIGN(d.in_qkv, L.matrix(p + "attn_qkv.weight", cd, e));
+        PELICAN_ASSIGN(d.in_z, L.matrix(p + "attn_gate.weight", vd, e));
+        PELICAN_ASSIGN(d.in_b, L.matrix(p + "ssm_beta.weight", nv, e));
+        PELICAN_ASSIGN(d.in_a, L.matrix(p + "ssm_alpha.weight", nv, e));
+        PELICAN_ASSIGN(d.conv, L.floats(p + "ssm_conv1d.weight", {cd, h.conv_kernel}));
+        PELICAN_ASSIGN(d.dt_bias, L.vec(p + "ssm_dt.bias", nv));
+        PELICAN_ASSIGN(d.a_log, L.vec_mapped(p + "ssm_a", nv, a_log_from_gguf));
+        PELICAN_ASSIGN(d.norm, L.vec(p + "ssm_norm.weight", h.linear.d_v));
+        PELICAN_ASSIGN(d.out, L.matrix(p + "ssm_out.weight", e, vd));
+    }
+    if (h.moe) return gguf_moe(L, p, hp, l.moe);
+    return gguf_swiglu(L, p, "", e, hp.n_ff, l.mlp);
+}
+
+Status gguf_mtp(HfLoader& L, const ModelHParams& hp, MtpWeights& m, const float* output_norm) {
+    if (hp.hybrid->n_mtp_layers <= 0) return {};
+    const int64_t e = hp.n_embd;
+    const std::string p = fmt::format("blk.{}.", hp.n_layer);
+    m.present = true;
+    PELICAN_ASSIGN(m.fc, L.matrix(p + "nextn.eh_proj.weight", e, 2 * e));
+    PELICAN_ASSIGN(m.norm_embd, L.vec_mapped(p + "nextn.enorm.weight", e, zc_from_gguf));
+    PELICAN_ASSIGN(m.norm_hidden, L.vec_mapped(p + "nextn.hnorm.weight", e, zc_from_gguf));
+    PELICAN_ASSIGN(std::optional<Tensor> hn, L.get(p + "nextn.shared_head_norm.weight", {e}, false));
+    if (hn) {
+        PELICAN_ASSIGN(m.norm, L.vec_mapped(p + "nextn.shared_head_norm.weight", e, zc_from_gguf));
+    } else {
+        m.norm = output_norm;  // llama.cpp falls back to the final norm
+    }
+    for (const char* own : {"nextn.embed_tokens.weight", "nextn.shared_head_head.weight"}) {
+        PELICAN_ASSIGN(std::optional<Tensor> t, L.src().find(p + own));
+        if (t)
+            return make_error("{}: tensor {}{} (a dedicated MTP embedding / head) is not supported",
+                              L.src().path(), p, own);
+    }
+    m.layers.resize(1);
+    return gguf_layer(L, p, hp, true, m.layers[0]);
+}
+
+Expected<HybridWeights> load_hybrid_gguf(const WeightSource& src, ModelHParams& hp, ModelWeights& base,
+                                         const WeightLoadOptions& opt) {
+    HybridWeights hw;
+    HfLoader L(src, hw, opt);
+    PELICAN_ASSIGN(std::optional<Tensor> embd, src.find("token_embd.weight"));
+    if (!embd) return make_error("{}: missing tensor token_embd.weight", src.path());
+    if (embd->n_dims != 2 || embd->ne[0] != hp.n_embd || (hp.n_vocab > 0 && embd->ne[1] != hp.n_vocab))
+        return make_error("{}: tensor token_embd.weight has shape [{}, {}], expected [{}, {}]", src.path(),
+                          embd->ne[1], embd->ne[0], hp.n_vocab, hp.n_embd);
+    if (!dtype_info(embd->dtype).to_float)
+        return make_error("{}: tensor token_embd.weight has type {}, which cannot be read", src.path(),
+                          dtype_name(embd->dtype));
+    hp.n_vocab = embd->ne[1];
+    base.tok_embd = *embd;
+    PELICAN_ASSIGN(base.output_norm, L.vec_mapped("output_norm.weight", hp.n_embd, zc_from_gguf));
+    PELICAN_ASSIGN(std::optional<Tensor> head, L.get("output.weight", {hp.n_vocab, hp.n_embd}, false));
+    base.tied_output = !head;
+    PELICAN_ASSIGN(base.output, L.prepare(head ? *head : *embd));
+    hw.layers.resize(static_cast<size_t>(hp.n_layer));
+    for (int64_t i = 0; i < hp.n_layer; ++i)
+        PELICAN_TRY(gguf_layer(L, fmt::format("blk.{}.", i), hp,
+                               hp.hybrid->full_attention[static_cast<size_t>(i)] != 0,
+                               hw.layers[static_cast<size_t>(i)]));
+    PELICAN_TRY(gguf_mtp(L, hp, hw.mtp, base.output_norm));
+    return hw;
+}
+
 }  // namespace
 
 Expected<HybridWeights> load_hybrid_weights(const WeightSource& src, ModelHParams& hp, ModelWeights& base,
                                             const WeightLoadOptions& opt) {
-    if (src.is_gguf() || !hp.hybrid)
-        return make_error("{}: the {} weights load from a Hugging Face folder only", src.path(),
-                          hp.arch->name);
+    if (!hp.hybrid) return make_error("{}: {} is not a hybrid (Qwen3.5) model", src.path(), hp.arch->name);
+    if (src.is_gguf()) return load_hybrid_gguf(src, hp, base, opt);
     HybridWeights hw;
     HfLoader L(src, hw, opt);
     PELICAN_ASSIGN(std::optional<Tensor> embd, src.find("model.language_model.embed_tokens.weight"));

@@ -13,12 +13,17 @@
 namespace pelican {
 
 // Head layout of one Gated DeltaNet layer. Value head h reads key head h / (n_v_heads / n_k_heads)
-// (transformers' repeat_interleave).
+// (transformers' repeat_interleave: value heads grouped by key head), or h % n_k_heads when
+// v_tiled (llama.cpp's GGUF order: the converter reorders every per-value-head row and column so
+// that ggml's tiled broadcast applies; the function is the same).
 struct DeltaNetShape {
-    int n_k_heads = 0;  // query/key heads (divides n_v_heads)
-    int n_v_heads = 0;  // value heads
-    int d_k = 0;        // key/query head width
-    int d_v = 0;        // value head width
+    int n_k_heads = 0;     // query/key heads (divides n_v_heads)
+    int n_v_heads = 0;     // value heads
+    int d_k = 0;           // key/query head width
+    int d_v = 0;           // value head width
+    bool v_tiled = false;  // value head order: false = grouped by key head (HF), true = tiled (GGUF)
+
+    int key_head(int h) const { return v_tiled ? h % n_k_heads : h / (n_v_heads / n_k_heads); }
 
     int64_t key_dim() const { return int64_t{n_k_heads} * d_k; }
     int64_t value_dim() const { return int64_t{n_v_heads} * d_v; }

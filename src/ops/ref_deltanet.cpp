@@ -12,11 +12,11 @@ void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, 
                                 const float* beta, int64_t n_tok, const DeltaNetShape& s, float* state,
                                 float* out) {
     assert(s.n_k_heads > 0 && s.n_v_heads % s.n_k_heads == 0);
-    const int dk = s.d_k, dv = s.d_v, nv = s.n_v_heads, nk = s.n_k_heads, rep = nv / nk;
+    const int dk = s.d_k, dv = s.d_v, nv = s.n_v_heads, nk = s.n_k_heads;
     std::vector<double> S(static_cast<size_t>(dk) * dv), u(static_cast<size_t>(dv));
     for (int h = 0; h < nv; ++h) {
         float* Sh = state + static_cast<int64_t>(h) * dk * dv;  // [dk, dv]
-        const int kh = h / rep;
+        const int kh = s.key_head(h);
         for (size_t i = 0; i < S.size(); ++i) S[i] = Sh[i];
         for (int64_t t = 0; t < n_tok; ++t) {
             const float* qt = q + (t * nk + kh) * dk;
@@ -49,13 +49,13 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
                               const float* beta, int64_t n_tok, const DeltaNetShape& s, float* state,
                               float* out, int chunk) {
     assert(s.n_k_heads > 0 && s.n_v_heads % s.n_k_heads == 0 && chunk > 0);
-    const int dk = s.d_k, dv = s.d_v, nv = s.n_v_heads, nk = s.n_k_heads, rep = nv / nk;
+    const int dk = s.d_k, dv = s.d_v, nv = s.n_v_heads, nk = s.n_k_heads;
     const auto C = static_cast<size_t>(chunk);
     std::vector<double> S(static_cast<size_t>(dk) * dv), gam(C), A(C * C), U(C * dv), W(C * dk), Vn(C * dv),
         qk(C);
     for (int h = 0; h < nv; ++h) {
         float* Sh = state + static_cast<int64_t>(h) * dk * dv;
-        const int kh = h / rep;
+        const int kh = s.key_head(h);
         for (size_t i = 0; i < S.size(); ++i) S[i] = Sh[i];
         for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
             const int L = static_cast<int>(std::min<int64_t>(chunk, n_tok - t0));

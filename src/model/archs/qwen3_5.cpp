@@ -3,8 +3,8 @@
 // projection, zero-centred q/k norms, partial NeoX rope), then a zero-centred RMSNorm and a routed-
 // experts + sigmoid-gated shared-expert MLP (qwen3_5_moe) or a SwiGLU MLP (qwen3_5). Not the shared
 // dense block: hyper-parameters in model/hybrid_hparams.*, weights in model/hybrid_weights.*, the CPU
-// pass in model/hybrid_forward*. GGUF names are llama.cpp's (qwen35moe, qwen35); GGUF loading is not
-// implemented yet.
+// pass in model/hybrid_forward*. GGUF names are llama.cpp's (qwen35moe, qwen35): loaded by
+// model/hybrid_weights.cpp, written by convert/convert_hybrid.cpp.
 #include "model/arch.h"
 
 namespace pelican {
