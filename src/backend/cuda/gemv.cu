@@ -22,7 +22,7 @@ std::atomic<int> g_grid_ctas_per_sm{0};
 
 // Per-device limits for the occupancy estimate (read once per device).
 struct DeviceLimits {
-    int sms = 0, smem_sm = 0, smem_reserved = 0, regs_sm = 0, threads_sm = 0, blocks_sm = 0;
+    int sms = 0, smem_sm = 0, smem_reserved = 0, regs_sm = 0, threads_sm = 0, blocks_sm = 0, l2 = 0;
 };
 std::atomic<bool> g_limits_ready[64];
 DeviceLimits g_limits[64];
@@ -42,6 +42,7 @@ const DeviceLimits& device_limits() {
         PELICAN_CUDA_CHECK(
             cudaDeviceGetAttribute(&l.threads_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
         PELICAN_CUDA_CHECK(cudaDeviceGetAttribute(&l.blocks_sm, cudaDevAttrMaxBlocksPerMultiprocessor, dev));
+        PELICAN_CUDA_CHECK(cudaDeviceGetAttribute(&l.l2, cudaDevAttrL2CacheSize, dev));
         g_limits[dev] = l;  // identical values if two threads race here
         g_limits_ready[dev].store(true, std::memory_order_release);
     }
@@ -58,6 +59,8 @@ const DeviceLimits& device_limits() {
 int gemv_grid_ctas_per_sm() { return g_grid_ctas_per_sm.load(std::memory_order_relaxed); }
 
 int gemv_sm_count() { return std::max(1, device_limits().sms); }
+
+int64_t gemv_l2_bytes() { return std::max(0, device_limits().l2); }
 
 int gemv_occupancy(int regs, int static_smem, size_t dyn_smem) {
     const DeviceLimits& d = device_limits();
@@ -118,6 +121,7 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
     const int64_t width = a.glu ? m.n_out / 2 : m.n_out;
     GemvParams p;
     p.w = static_cast<const uint8_t*>(m.data);
+    p.w_bytes = m.bytes;
     for (int k = 0; k < 4; ++k) {
         p.off[k] = m.off[k];
         p.stride[k] = m.stride[k];
@@ -204,11 +208,13 @@ int gemv_default_variant(const GpuMatrix& m, const GemvArgs& a) {
     return (chunks >= 12 ? 4 : 6) * kGemvPolicies;
 }
 
+// "r1u8k2/occ", with the prefetch mode's suffix ("r1u8k2/occ+b32").
 std::string variant_name(int v) {
-    const GemvConfig& c = kGemvConfigTable[v / kGemvPolicies];
+    const GemvConfig& c = kGemvConfigTable[v / kGemvPolicies % kGemvConfigs];
     const int pol = kGemvPolicyTable[v % kGemvPolicies];
     return "r" + std::to_string(c.r) + "u" + std::to_string(c.u4) + "k" + std::to_string(c.ks) + "/" +
-           (pol == 0 ? std::string("occ") : std::to_string(pol));
+           (pol == 0 ? std::string("occ") : std::to_string(pol)) +
+           kGemvPrefetchTable[v / kGemvBaseVariants].tag;
 }
 
 using TuneKey = std::tuple<int, int64_t, int64_t, bool, int, bool, bool>;
@@ -312,7 +318,8 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
     constexpr int kWarm = 2, kTimed = 12, kRounds = 2;
     for (int round = 0; round < kRounds; ++round) {
         for (int v = 0; v < nv; ++v) {
-            if (ex.n_tok > 1 && v >= kGemvPolicies) break;  // configurations apply to n_tok = 1
+            // Configurations apply to n_tok = 1; larger calls vary the grid policy and prefetch.
+            if (ex.n_tok > 1 && v / kGemvPolicies % kGemvConfigs != 0) continue;
             for (int i = 0; i < kWarm; ++i) call(v);
             PELICAN_CUDA_CHECK(cudaEventRecord(e0, stream));
             for (int i = 0; i < kTimed; ++i) call(v);

@@ -57,6 +57,10 @@ void gemv_set_grid_policy(int ctas_per_sm);
 // Kernel variants (decode kernel configuration x grid policy; the configuration applies to
 // n_tok = 1, the grid policy to every n_tok). Names like "r1u8k2/occ": rows per warp, 16-byte
 // units in flight per row and lane, split-K warps per row, CTAs per SM (occ = occupancy).
+// Variants named "<plain variant>+<mode>" (e.g. "r1u8k2/occ+b32") also hint the L2 to fetch each
+// CTA's next weights before its PDL wait and activation prologue: +bN, N KiB per CTA by
+// cp.async.bulk.prefetch.L2; +lN, by prefetch.global.L2 per 128-byte line; +bNr, a window kept
+// ahead over the CTA's row groups. Hints only: results are bit-identical to the plain variant.
 int gemv_variant_count();
 const char* gemv_variant_name(int variant);
 // The variant gemv() uses for this matrix and call: the forced one, else m.gemv_variant, else a

@@ -155,6 +155,17 @@ struct GemvParams {
     int tok_bytes = 0;     // shared-memory bytes per token
     int plane_bytes = 0;   // bytes per activation plane
     int meta_off = 0;      // quantized: byte offset of the block meta inside a token area
+    // L2 prefetch hints (prefetch variants; pf_np = 0: none). Set by gemv_set_prefetch. The kernel
+    // hints the first pf_len[k] bytes of every weight row of plane k < pf_np for pf_slots slots
+    // (output or gate rows; glu: with their up rows) of each group it will compute, pf_groups of
+    // its groups ahead (the current one included), clamped to [w, w + w_bytes).
+    size_t w_bytes = 0;  // bytes of the weight allocation (GpuMatrix::bytes)
+    int64_t pf_len[4] = {0, 0, 0, 0};
+    int pf_np = 0;
+    int pf_slots = 0;      // slots per group (the launch's rows per group)
+    int pf_groups = 0;     // window of groups (>= 1), starting at the CTA's current group
+    bool pf_line = false;  // prefetch.global.L2 per 128-byte line, else cp.async.bulk.prefetch.L2
+    bool pf_roll = false;  // on entering each later group, hint the group that ends the window
 };
 
 // ---- device helpers ----------------------------------------------------------------------------
@@ -178,6 +189,25 @@ __device__ __forceinline__ uint32_t ld_stream2(const uint8_t* p) {
     unsigned short h;
     asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(h) : "l"(p));
     return h;
+}
+
+// L2 prefetch hints (no data returned, nothing waits for them; they never change results).
+// Bulk: 16-byte aligned address, bytes a multiple of 16 (sm_90 TMA prefetch; a no-op before).
+__device__ __forceinline__ void prefetch_l2_bulk(uintptr_t addr, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
+                 :
+                 : "l"(__cvta_generic_to_global(reinterpret_cast<const void*>(addr))), "r"(bytes));
+#else
+    (void)addr;
+    (void)bytes;
+#endif
+}
+// The 128-byte line holding addr.
+__device__ __forceinline__ void prefetch_l2_line(uintptr_t addr) {
+    asm volatile("prefetch.global.L2 [%0];"
+                 :
+                 : "l"(__cvta_generic_to_global(reinterpret_cast<const void*>(addr))));
 }
 
 __device__ __forceinline__ float half_bits_to_float(uint32_t h) {
@@ -728,6 +758,45 @@ __device__ void gemv_prologue_quant(const GemvParams& p, uint8_t* smem) {
 // A warp's batch b covers 32-unit chunks c = (b * U + j) * KS + ks, j < U (ks: its split index),
 // so the KS warps of a row interleave at 512-byte granularity and share the tail evenly.
 
+// L2 prefetch of the weights of n_g groups of this CTA: g0, g0 + gridDim.x, ... (those below
+// n_groups), all planes k < pf_np, the first pf_len[k] bytes of each of their weight rows (glu:
+// the gate and the up rows of each slot). A hint only: each range is widened to 16-byte bounds
+// and then clamped to the 16-byte aligned inside of [w, w + w_bytes), so no address outside the
+// allocation is named. Bulk mode: one cp.async.bulk.prefetch per (row, plane), spread over the
+// threads; line mode: one prefetch.global.L2 per 128-byte line, (row, plane) items over the
+// warps and their lines over the lanes. Must be called by the whole CTA (no barrier inside).
+__device__ __forceinline__ void gemv_prefetch(const GemvParams& p, int g0, int n_g) {
+    const int halves = p.glu ? 2 : 1;
+    const int rows_per_group = p.pf_slots * halves;
+    const int items = n_g * rows_per_group * p.pf_np;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(p.w);
+    const uintptr_t lim_lo = (base + 15) & ~uintptr_t{15}, lim_hi = (base + p.w_bytes) & ~uintptr_t{15};
+    const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
+    const bool line = p.pf_line;
+    for (int it = line ? tid >> 5 : tid; it < items; it += line ? kGemvWarps : kGemvThreads) {
+        const int k = it % p.pf_np, r = it / p.pf_np;
+        const int j = r / rows_per_group, rr = r % rows_per_group;
+        const int64_t g = g0 + static_cast<int64_t>(j) * gridDim.x;
+        if (g >= p.n_groups) break;  // j only grows with it
+        const int64_t slot = g * p.pf_slots + rr % p.pf_slots;
+        if (slot >= p.n_slots) continue;
+        const int64_t row = slot + (rr / p.pf_slots) * static_cast<int64_t>(p.n_half);
+        const uintptr_t a = base + p.off[k] + static_cast<uintptr_t>(row * p.stride[k]);
+        uintptr_t lo = a & ~uintptr_t{15},
+                  hi = (a + static_cast<uintptr_t>(p.pf_len[k]) + 15) & ~uintptr_t{15};
+        lo = lo > lim_lo ? lo : lim_lo;
+        hi = hi < lim_hi ? hi : lim_hi;
+        if (hi <= lo) continue;
+        if (line) {
+            for (uintptr_t l = (lo & ~uintptr_t{127}) + 128u * static_cast<unsigned>(lane); l < hi;
+                 l += 32u * 128u)
+                prefetch_l2_line(l > lo ? l : lo);
+        } else {
+            prefetch_l2_bulk(lo, static_cast<uint32_t>(hi - lo));
+        }
+    }
+}
+
 template <class T, int U4>
 struct GemvUnits {
     static constexpr int v = U4 * T::kBatch / 4 > 0 ? U4* T::kBatch / 4 : 1;
@@ -783,7 +852,9 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R* U <= 4 ? 2 : 1) gemv_kern
     int group = static_cast<int>(blockIdx.x), batch = 0;
     set_rows(group);
     load_batch(0);  // weights never depend on earlier kernels: in flight before the PDL wait
-    pdl_wait();     // x, norm inputs, residual and y are written/read by neighbouring kernels
+    // Prefetch variants: the CTA's next weights into L2 while it waits and runs the prologue.
+    if (p.pf_np > 0) gemv_prefetch(p, group, p.pf_groups);
+    pdl_wait();  // x, norm inputs, residual and y are written/read by neighbouring kernels
     if constexpr (T::kQuant)
         gemv_prologue_quant<NT, T::kNP>(p, smem);
     else
@@ -830,6 +901,9 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R* U <= 4 ? 2 : 1) gemv_kern
         if (more) {
             if (next_group != group) set_rows(next_group);
             load_batch(next_batch);
+            // Rolling prefetch: entering a new group, hint the last group of the window.
+            if (p.pf_roll && next_group != group)
+                gemv_prefetch(p, next_group + (p.pf_groups - 1) * static_cast<int>(gridDim.x), 1);
         }
         if (next_batch == 0) {  // the group is complete: reduce over lanes (and warps), epilogue
 #pragma unroll
@@ -912,12 +986,16 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R* U <= 4 ? 2 : 1) gemv_kern
 int gemv_grid_ctas_per_sm();
 // SMs of the current device (cached per device).
 int gemv_sm_count();
+// L2 bytes of the current device (cached per device).
+int64_t gemv_l2_bytes();
 // CTAs of kGemvThreads threads that fit on one SM of the current device, computed from the
 // device limits (cached; no CUDA call, so it is safe inside a graph capture).
 int gemv_occupancy(int regs_per_thread, int static_smem, size_t dyn_smem);
 
 // Decode kernel configurations (n_tok = 1): rows per warp R, units in flight per row U4 (for
-// kBatch = 4 types), split-K warps KS. A variant (gemv.h) is a configuration plus a grid policy.
+// kBatch = 4 types), split-K warps KS. A variant (gemv.h) is a configuration, a grid policy and
+// an L2 prefetch mode: variant = (mode * kGemvConfigs + configuration) * kGemvPolicies + policy,
+// so variants 0 .. kGemvBaseVariants - 1 are the plain (no prefetch) ones.
 struct GemvConfig {
     int r, u4, ks;
 };
@@ -927,7 +1005,60 @@ inline constexpr GemvConfig kGemvConfigTable[kGemvConfigs] = {
 };
 inline constexpr int kGemvPolicies = 3;  // CTAs per SM: 0 (occupancy), 1, 2
 inline constexpr int kGemvPolicyTable[kGemvPolicies] = {0, 1, 2};
-inline constexpr int kGemvVariants = kGemvConfigs * kGemvPolicies;
+inline constexpr int kGemvBaseVariants = kGemvConfigs * kGemvPolicies;
+// L2 prefetch modes (gemv_prefetch): KiB per CTA of its upcoming weights hinted before the PDL
+// wait and the prologue (0 = none), line (prefetch.global.L2 per 128 bytes) or bulk
+// (cp.async.bulk.prefetch.L2), roll (a window of >= 2 groups kept ahead in the grid-stride loop).
+struct GemvPrefetchMode {
+    int kib;
+    bool line, roll;
+    const char* tag;  // variant name suffix
+};
+inline constexpr int kGemvPrefetchModes = 5;
+inline constexpr GemvPrefetchMode kGemvPrefetchTable[kGemvPrefetchModes] = {
+    {0, false, false, ""},      {32, false, false, "+b32"}, {128, false, false, "+b128"},
+    {64, false, true, "+b64r"}, {64, true, false, "+l64"},
+};
+inline constexpr int kGemvVariants = kGemvBaseVariants * kGemvPrefetchModes;
+
+// The prefetch fields of p for a launch of grid CTAs over p.n_groups groups of slots_per_group
+// slots. Per CTA at most the mode's KiB and 3/4 of the L2 over the grid (so the hinted lines
+// of all CTAs fit together); whole groups when they fit (window = that many groups, at least 2
+// when rolling, at most the CTA's share), else the same leading fraction of every row.
+inline void gemv_set_prefetch(GemvParams& p, int mode, int slots_per_group, int grid) {
+    p.pf_np = 0;
+    p.pf_line = p.pf_roll = false;
+    const GemvPrefetchMode& f = kGemvPrefetchTable[mode];
+    if (f.kib <= 0 || grid <= 0 || slots_per_group <= 0 || p.n_groups <= 0 || p.w_bytes == 0) return;
+    int np = 0;
+    int64_t row_bytes = 0;
+    for (int k = 0; k < 4; ++k)
+        if (p.stride[k] > 0) {
+            np = k + 1;
+            row_bytes += p.stride[k];
+        }
+    if (np == 0) return;
+    const int64_t group_bytes = row_bytes * (p.glu ? 2 : 1) * slots_per_group;
+    int64_t per_cta = int64_t{f.kib} << 10;
+    const int64_t l2_share = gemv_l2_bytes() / 4 * 3 / grid;
+    if (l2_share < per_cta) per_cta = l2_share;
+    if (per_cta < 16) return;
+    const int64_t own = (p.n_groups + grid - 1) / grid;  // groups of the busiest CTA
+    int64_t win = per_cta / group_bytes;
+    if (f.roll && win < 2) win = 2;
+    if (win > own) win = own;
+    if (win < 1) win = 1;
+    for (int k = 0; k < np; ++k) {
+        int64_t len = p.stride[k];
+        if (per_cta < win * group_bytes) len = round_up(p.stride[k] * per_cta / (win * group_bytes), 16);
+        p.pf_len[k] = len < p.stride[k] ? len : p.stride[k];
+    }
+    p.pf_np = np;
+    p.pf_slots = slots_per_group;
+    p.pf_groups = static_cast<int>(win);
+    p.pf_line = f.line;
+    p.pf_roll = f.roll && own > 1;
+}
 
 // Register count and static shared memory of one kernel instantiation.
 template <class T, int NT, int R, int U, int KS>
@@ -956,7 +1087,8 @@ void gemv_kernel_attr(int dev) {
 // rows_per_warp: output rows (glu: gate rows) per warp; policy: CTAs per SM (0 = occupancy),
 // overridden by gemv_set_grid_policy when that is set.
 template <class T, int NT, int R, int U, int KS>
-void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, size_t smem, cudaStream_t stream) {
+void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, int pf_mode, size_t smem,
+                 cudaStream_t stream) {
     int dev = 0;
     PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
     gemv_kernel_attr<T, NT, R, U, KS>(dev);
@@ -971,6 +1103,7 @@ void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, size_t smem, c
                       __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS>::static_smem, __ATOMIC_RELAXED), smem);
     const int64_t cap = per_sm * gemv_sm_count();
     const int grid = static_cast<int>(p.n_groups < cap ? p.n_groups : cap);
+    gemv_set_prefetch(p, pf_mode, rows_per_group, grid);
     launch_pdl(gemv_kernel<T, NT, R, U, KS>, dim3(grid), dim3(kGemvThreads), smem, stream, p);
 }
 
@@ -981,23 +1114,23 @@ constexpr int gemv_rows_per_warp(int nt, bool glu) {
 }
 
 template <class T, int NT>
-void gemv_launch_nt(const GemvParams& p, int policy, size_t smem, cudaStream_t stream) {
+void gemv_launch_nt(const GemvParams& p, int policy, int pf_mode, size_t smem, cudaStream_t stream) {
     constexpr int R1 = gemv_rows_per_warp(NT, false), R2 = gemv_rows_per_warp(NT, true);
     constexpr int U1 = T::kBatch / R1 > 0 ? T::kBatch / R1 : 1, U2 = T::kBatch / R2 > 0 ? T::kBatch / R2 : 1;
     if (p.glu)
-        gemv_launch<T, NT, R2, U2, 1>(p, R2 / 2, policy, smem, stream);
+        gemv_launch<T, NT, R2, U2, 1>(p, R2 / 2, policy, pf_mode, smem, stream);
     else
-        gemv_launch<T, NT, R1, U1, 1>(p, R1, policy, smem, stream);
+        gemv_launch<T, NT, R1, U1, 1>(p, R1, policy, pf_mode, smem, stream);
 }
 
 template <class T, int C>
-void gemv_launch_cfg(const GemvParams& p, int policy, size_t smem, cudaStream_t stream) {
+void gemv_launch_cfg(const GemvParams& p, int policy, int pf_mode, size_t smem, cudaStream_t stream) {
     constexpr GemvConfig c = kGemvConfigTable[C];
     constexpr int U = GemvUnits<T, c.u4>::v;
     if (p.glu)
-        gemv_launch<T, 1, 2 * c.r, U, c.ks>(p, c.r, policy, smem, stream);
+        gemv_launch<T, 1, 2 * c.r, U, c.ks>(p, c.r, policy, pf_mode, smem, stream);
     else
-        gemv_launch<T, 1, c.r, U, c.ks>(p, c.r, policy, smem, stream);
+        gemv_launch<T, 1, c.r, U, c.ks>(p, c.r, policy, pf_mode, smem, stream);
 }
 
 template <class T, int C>
@@ -1036,50 +1169,51 @@ void gemv_prepare_type() {
 }
 
 // nt: the kernel's token capacity, one of 1, 2, 3, 4, 8. variant: 0 .. kGemvVariants - 1 (its
-// configuration applies to nt = 1; its grid policy to all).
+// configuration applies to nt = 1; its grid policy and prefetch mode to all).
 template <class T>
 void gemv_launch_type(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream) {
     const int policy = kGemvPolicyTable[variant % kGemvPolicies];
+    const int pf = variant / kGemvBaseVariants;
     switch (nt) {
         case 1:
-            switch (variant / kGemvPolicies) {
+            switch (variant / kGemvPolicies % kGemvConfigs) {
                 case 0:
-                    gemv_launch_cfg<T, 0>(p, policy, smem, stream);
+                    gemv_launch_cfg<T, 0>(p, policy, pf, smem, stream);
                     break;
                 case 1:
-                    gemv_launch_cfg<T, 1>(p, policy, smem, stream);
+                    gemv_launch_cfg<T, 1>(p, policy, pf, smem, stream);
                     break;
                 case 2:
-                    gemv_launch_cfg<T, 2>(p, policy, smem, stream);
+                    gemv_launch_cfg<T, 2>(p, policy, pf, smem, stream);
                     break;
                 case 3:
-                    gemv_launch_cfg<T, 3>(p, policy, smem, stream);
+                    gemv_launch_cfg<T, 3>(p, policy, pf, smem, stream);
                     break;
                 case 4:
-                    gemv_launch_cfg<T, 4>(p, policy, smem, stream);
+                    gemv_launch_cfg<T, 4>(p, policy, pf, smem, stream);
                     break;
                 case 5:
-                    gemv_launch_cfg<T, 5>(p, policy, smem, stream);
+                    gemv_launch_cfg<T, 5>(p, policy, pf, smem, stream);
                     break;
                 case 6:
-                    gemv_launch_cfg<T, 6>(p, policy, smem, stream);
+                    gemv_launch_cfg<T, 6>(p, policy, pf, smem, stream);
                     break;
                 default:
-                    gemv_launch_cfg<T, 7>(p, policy, smem, stream);
+                    gemv_launch_cfg<T, 7>(p, policy, pf, smem, stream);
                     break;
             }
             break;
         case 2:
-            gemv_launch_nt<T, 2>(p, policy, smem, stream);
+            gemv_launch_nt<T, 2>(p, policy, pf, smem, stream);
             break;
         case 3:
-            gemv_launch_nt<T, 3>(p, policy, smem, stream);
+            gemv_launch_nt<T, 3>(p, policy, pf, smem, stream);
             break;
         case 4:
-            gemv_launch_nt<T, 4>(p, policy, smem, stream);
+            gemv_launch_nt<T, 4>(p, policy, pf, smem, stream);
             break;
         default:
-            gemv_launch_nt<T, 8>(p, policy, smem, stream);
+            gemv_launch_nt<T, 8>(p, policy, pf, smem, stream);
             break;
     }
 }
