@@ -13,6 +13,16 @@
 // Cache rows that must not be read (past the live length, before the window) hold NaN, and the
 // output starts as NaN, so a stray read or a missed write fails loudly.
 //
+// Small-problem mode (PELICAN_CUDA_TEST_SMALL=1, cuda_test_util.h; for compute-sanitizer): every
+// kernel and instantiation above still runs, at lengths <= 300 keys: decode keeps the rows kernel
+// (F32 at hd 16/32/64/96/128/256, F16 at generic hd; one split and several; two row blocks) and
+// the streaming kernel at every (hd 64/128/256, 1/2/4/8 rows per CTA), one split (<= 64 keys)
+// and several, many idle splits (8192-row cache), windows (also shorter than the batch), a full
+// cache, n_tok 1/4/7 (and 8 in the list); prefill keeps every case with n_tok 1/17/80 instead of
+// 1/17/300; the graph replay and the PDL chain keep n_tok 1/4 (and hd 128/64) on a 640-row cache
+// at 7 / 6 positions instead of 6000 rows at 11 / 8; rope keeps every case but the 256K one (the
+// 128K one still takes sincosf's slow path), the hd-80 case at position 650.
+//
 // Attention tolerance, per output element (t, h, d), u = 2^-24 (fp32 paths):
 //   scores: fp32 fma dot of hd terms, times scale: |ds| <= E = (hd + 4) u S with
 //           S = |scale| max_j sum_d |q_d k_jd|;
@@ -39,6 +49,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "core/float_convert.h"
+#include "cuda_test_util.h"
 #include "ops/ops.h"
 #include "ops_test_util.h"
 
@@ -290,7 +301,7 @@ void run_attention(Rng& rng, AttnCase c, Path path) {
 TEST(CudaAttention, DecodeMatchesReference) {
     if (!pelican::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
-    const AttnCase cases[] = {
+    const std::vector<AttnCase> full = {
         // heads, kv, hd, cache, n_tok, pos0, window, n_ctx
         {4, 4, 16, DType::F32, 1, 0},                // first token, MHA, tiny head
         {8, 2, 32, DType::F16, 3, 4},                // length 7
@@ -327,9 +338,45 @@ TEST(CudaAttention, DecodeMatchesReference) {
         {32, 8, 64, DType::F16, 4, 5000, 77},          // window not a multiple of anything
         {16, 4, 256, DType::F16, 1, 9, 3},             // tiny window
     };
-    for (const AttnCase& c : cases) run_attention(rng, c, Path::kDecode);
-    for (int n_tok = 1; n_tok <= 8; ++n_tok) {
-        run_attention(rng, {32, 8, 128, DType::F16, n_tok, 1000 - n_tok}, Path::kDecode);
+    // Small mode: lengths <= 300 (several splits already: 64 keys per stream split, 128 per rows
+    // split), every rows-kernel instantiation reached (F32 at hd 64/128/256/generic, F16
+    // generic), every streaming (hd, rows per CTA) instantiation, windows, idle splits.
+    const std::vector<AttnCase> small = {
+        // rows kernel
+        {4, 4, 16, DType::F32, 1, 0},           // first token, MHA, tiny head
+        {8, 2, 32, DType::F16, 3, 4},           // F16 generic, one split
+        {8, 2, 32, DType::F32, 7, 0},           // every token in one step
+        {32, 8, 128, DType::F32, 4, 296},       // F32 hd 128, splits
+        {16, 2, 256, DType::F32, 1, 299},       // F32 hd 256, splits
+        {8, 1, 64, DType::F32, 7, 57},          // F32 hd 64, group 8: two row blocks
+        {8, 2, 80, DType::F16, 2, 298},         // F16 generic, splits
+        {12, 4, 96, DType::F32, 3, 61},         // F32 generic
+        {8, 8, 16, DType::F16, 8, 292},         // 8 tokens, splits
+        {16, 2, 256, DType::F32, 2, 298, 100},  // window, splits
+        // streaming kernel (hd, rows per CTA): (64, 1/2/4/8), (128, 1/2/4/8), (256, 1/2/4/8)
+        {4, 4, 64, DType::F16, 1, 199, 0, 8192},   // 1 row, many splits idle
+        {16, 8, 64, DType::F16, 1, 64},            // 2 rows, length 65: two splits
+        {16, 4, 64, DType::F16, 1, 150},           // 4 rows
+        {8, 1, 64, DType::F16, 5, 295},            // 8 rows, MQA: five row blocks
+        {8, 2, 64, DType::F16, 8, 20, 4},          // window shorter than the batch
+        {32, 8, 64, DType::F16, 4, 300, 77},       // window not a multiple of anything
+        {8, 8, 128, DType::F16, 1, 62},            // 1 row, length 63: one split
+        {8, 8, 128, DType::F16, 1, 63},            // length 64
+        {8, 8, 128, DType::F16, 2, 100},           // 2 rows
+        {32, 8, 128, DType::F16, 1, 63, 0, 8192},  // 4 rows, Llama-3 shape, big cache
+        {32, 8, 128, DType::F16, 1, 128},          // length 129
+        {32, 8, 128, DType::F16, 1, 255, 0, 256},  // full cache
+        {32, 4, 128, DType::F16, 2, 300},          // 8 rows: two row blocks of 8
+        {32, 8, 128, DType::F16, 3, 197, 100},     // 12 rows: two blocks of 6; window
+        {8, 8, 256, DType::F16, 1, 150},           // 1 row
+        {16, 8, 256, DType::F16, 1, 127},          // 2 rows, length 128
+        {16, 4, 256, DType::F16, 1, 9, 3},         // 4 rows, tiny window
+        {16, 2, 256, DType::F16, 8, 56},           // 8 rows: eight row blocks
+    };
+    for (const AttnCase& c : test::cuda_test_small() ? small : full) run_attention(rng, c, Path::kDecode);
+    const int len = test::cuda_test_size(1000, 200);
+    for (int n_tok = 1; n_tok <= 8; n_tok += test::cuda_test_size(1, 3)) {  // small: 1, 4, 7
+        run_attention(rng, {32, 8, 128, DType::F16, n_tok, len - n_tok}, Path::kDecode);
         run_attention(rng, {16, 4, 64, DType::F32, n_tok, 64 - n_tok}, Path::kDecode);
     }
 }
@@ -337,7 +384,7 @@ TEST(CudaAttention, DecodeMatchesReference) {
 TEST(CudaAttention, PrefillMatchesReference) {
     if (!pelican::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
-    const AttnCase cases[] = {
+    const std::vector<AttnCase> full = {
         {4, 4, 16, DType::F32, 17, 0},           // fp32 path (golden tests)
         {8, 2, 32, DType::F32, 300, 123},        //
         {32, 8, 128, DType::F32, 17, 123},       //
@@ -353,7 +400,11 @@ TEST(CudaAttention, PrefillMatchesReference) {
         {8, 2, 128, DType::F16, 300, 123, 100},  // window, tensor cores
         {4, 4, 256, DType::F16, 300, 123, 37},   //
     };
-    for (const AttnCase& c : cases) run_attention(rng, c, Path::kPrefill);
+    // Small mode: the same paths with 80 tokens instead of 300 (two 64-token query tiles, the
+    // last partial; more than 32 rows per kv head: several rows-kernel row blocks).
+    std::vector<AttnCase> small = full;
+    for (AttnCase& c : small) c.n_tok = std::min(c.n_tok, 80);
+    for (const AttnCase& c : test::cuda_test_small() ? small : full) run_attention(rng, c, Path::kPrefill);
 }
 
 TEST(CudaAttention, DecodeGraphReplay) {
@@ -361,7 +412,7 @@ TEST(CudaAttention, DecodeGraphReplay) {
     Rng rng;
     for (const int n_tok : {1, 4}) {
         const int n_head = 32, n_kv = 8, hd = 128;
-        const int64_t n_ctx = 6000;
+        const int64_t n_ctx = test::cuda_test_size<int64_t>(6000, 640);
         SCOPED_TRACE("graph n_tok " + std::to_string(n_tok));
         Cache cache(rng, DType::F16, n_ctx, n_kv, hd, 0, n_ctx);
         const std::vector<float> q = test::random_vec(rng, static_cast<int64_t>(n_tok) * n_head * hd);
@@ -400,8 +451,10 @@ TEST(CudaAttention, DecodeGraphReplay) {
             kh[i] = f32_to_f16(cache.k[i]);
             vh[i] = f32_to_f16(cache.v[i]);
         }
-        for (const int32_t pos0 :
-             {0, 5, 60, 124, 127, 128, 1000, 4095, 4096, 5000, static_cast<int32_t>(n_ctx - n_tok)}) {
+        std::vector<int32_t> positions = {0, 5, 60, 124, 127, 128, 1000, 4095, 4096, 5000};
+        if (test::cuda_test_small()) positions = {0, 5, 60, 127, 128, 500};
+        positions.push_back(static_cast<int32_t>(n_ctx - n_tok));
+        for (const int32_t pos0 : positions) {
             const AttnCase c{n_head, n_kv, hd, DType::F16, n_tok, pos0, 0, n_ctx};
             PELICAN_CUDA_CHECK(cudaMemsetAsync(dout.get(), 0xff, dout.size(), stream));
             PELICAN_CUDA_CHECK(
@@ -431,7 +484,7 @@ TEST(CudaAttention, PdlChainGraphMatchesSerial) {
     for (const int n_tok : {1, 4}) {
         for (const int hd : {128, 64}) {
             const int n_head = 32, n_kv = 8, n_rot = hd;
-            const int64_t n_ctx = 6000;
+            const int64_t n_ctx = test::cuda_test_size<int64_t>(6000, 640);
             SCOPED_TRACE("pdl chain n_tok " + std::to_string(n_tok) + " hd " + std::to_string(hd));
             Cache cache(rng, DType::F16, n_ctx, n_kv, hd, 0, n_ctx);
             const int64_t row = static_cast<int64_t>(n_head + 2 * n_kv) * hd;
@@ -499,7 +552,10 @@ TEST(CudaAttention, PdlChainGraphMatchesSerial) {
                 PELICAN_CUDA_CHECK(cudaMemcpyAsync(dpos.get(), &pos0, 4, cudaMemcpyHostToDevice, stream));
                 PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream));
             };
-            for (const int32_t pos0 : {0, 1, 63, 64, 500, 4095, 5000, static_cast<int32_t>(n_ctx - n_tok)}) {
+            std::vector<int32_t> positions = {0, 1, 63, 64, 500, 4095, 5000};
+            if (test::cuda_test_small()) positions = {0, 1, 63, 64, 500};
+            positions.push_back(static_cast<int32_t>(n_ctx - n_tok));
+            for (const int32_t pos0 : positions) {
                 reset(pos0);
                 cuda::rope_store_kv(r, stream);
                 PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -536,7 +592,8 @@ TEST(CudaAttention, PdlChainGraphMatchesSerial) {
                 EXPECT_EQ(std::memcmp(qkv_got.data(), qkv_want.data(), qkv.size() * 4), 0)
                     << "roped q (table, graph) differs from the sincosf run at pos0 " << pos0;
             }
-            std::printf("  pdl chain n_tok %d hd %d: graph == serial at 8 positions\n", n_tok, hd);
+            std::printf("  pdl chain n_tok %d hd %d: graph == serial at %zu positions\n", n_tok, hd,
+                        positions.size());
             PELICAN_CUDA_CHECK(cudaGraphExecDestroy(exec));
             PELICAN_CUDA_CHECK(cudaGraphDestroy(graph));
             PELICAN_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -732,7 +789,7 @@ void run_rope(Rng& rng, const RopeCase& c) {
 TEST(CudaAttention, RopeStoreMatchesReference) {
     if (!pelican::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
-    const RopeCase cases[] = {
+    const std::vector<RopeCase> full = {
         // heads, kv, hd, n_rot, neox, norm, cache, n_tok, pos0, mscale
         {4, 2, 16, 16, true, 0, DType::F32, 1, 0, 1.0f},
         {32, 8, 128, 128, true, 0, DType::F16, 1, 4999, 1.0f},  // llama decode
@@ -746,7 +803,11 @@ TEST(CudaAttention, RopeStoreMatchesReference) {
         {32, 8, 128, 128, true, 0, DType::F16, 1, 131000, 1.0f},  // 128K context: sincosf slow path
         {8, 2, 64, 64, false, 2, DType::F16, 2, 262140, 0.8f},    // 256K, interleaved, mscale
     };
-    for (const RopeCase& c : cases) run_rope(rng, c);
+    // Small mode: the 256K case is dropped (the 128K one keeps sincosf's slow path) and the generic
+    // head dim runs at position 650 (its cache would be 83 MB at 65000).
+    std::vector<RopeCase> small(full.begin(), full.end() - 1);
+    small[6].pos0 = 650;
+    for (const RopeCase& c : test::cuda_test_small() ? small : full) run_rope(rng, c);
 }
 
 }  // namespace

@@ -1,6 +1,13 @@
 // CUDA element-wise ops (backend/cuda/elementwise.h) against the scalar references, on fresh
 // random inputs (PELICAN_TEST_SEED replays a failure). Shapes cover both the float4 and the
 // scalar kernel paths (lengths not a multiple of 4, misaligned pointers).
+//
+// Small-problem mode (PELICAN_CUDA_TEST_SMALL=1, cuda_test_util.h; for compute-sanitizer): every
+// case and kernel still runs (get_rows per type incl. padded rows and quantized codes, rms_norm
+// at block sizes 1024 / 256 / 64 on the float4 and scalar paths, in place and misaligned; the
+// float4 and scalar add_scaled / scale / add_bias / swiglu / convert kernels), with fewer rows:
+// get_rows' padded case at n_embd 512 instead of 768, rms_norm at 1..8 rows instead of 2..64,
+// add_scaled / scale / add_bias and convert_f32 at n 1024 instead of 4096, swiglu at 2 rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +18,7 @@
 #include "backend/cuda/elementwise.h"
 #include "core/dequantize.h"
 #include "core/float_convert.h"
+#include "cuda_test_util.h"
 #include "ops/ops.h"
 #include "ops_test_util.h"
 
@@ -81,7 +89,7 @@ TEST(CudaElementwise, GetRowsMatchesDequantizeExactly) {
     for (DType t :
          {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
         check_get_rows(t, 512, false, 0);
-        check_get_rows(t, 768, false, 64);  // padded row stride
+        check_get_rows(t, test::cuda_test_size<int64_t>(768, 512), false, 64);  // padded row stride
         if (can_quantize(t)) check_get_rows(t, 256, true, 0);
     }
     for (DType t : {DType::F32, DType::F16, DType::BF16})
@@ -133,12 +141,13 @@ void check_rms_norm(int64_t n_rows, int64_t n, bool one_plus, bool in_place, boo
 
 TEST(CudaElementwise, RmsNorm) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
-    check_rms_norm(3, 4096, false, false, false);
-    check_rms_norm(2, 8192, true, false, false);
-    check_rms_norm(5, 1000, false, true, false);
-    check_rms_norm(64, 128, true, false, false);  // qk-norm rows
-    check_rms_norm(7, 129, false, false, false);  // scalar path
-    check_rms_norm(3, 2048, false, true, true);   // misaligned: scalar path
+    const bool small = test::cuda_test_small();
+    check_rms_norm(small ? 1 : 3, 4096, false, false, false);  // 256 threads
+    check_rms_norm(small ? 1 : 2, 8192, true, false, false);   // 1024 threads
+    check_rms_norm(small ? 2 : 5, 1000, false, true, false);   // 64 threads
+    check_rms_norm(small ? 8 : 64, 128, true, false, false);   // qk-norm rows
+    check_rms_norm(small ? 2 : 7, 129, false, false, false);   // scalar path
+    check_rms_norm(small ? 1 : 3, 2048, false, true, true);    // misaligned: scalar path, 1024 threads
 }
 
 // ---- add_scaled, scale, add_bias, swiglu_stacked --------------------------------------------------
@@ -147,7 +156,7 @@ TEST(CudaElementwise, RmsNorm) {
 TEST(CudaElementwise, AddScaledScaleAddBias) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
-    for (int64_t n : {int64_t{4096}, int64_t{1001}}) {
+    for (int64_t n : {test::cuda_test_size<int64_t>(4096, 1024), int64_t{1001}}) {
         SCOPED_TRACE("n " + std::to_string(n));
         const std::vector<float> a = test::random_vec(rng, n), b = test::random_vec(rng, n);
         const float s = rng.uniform(-2.0f, 2.0f);
@@ -166,7 +175,7 @@ TEST(CudaElementwise, AddScaledScaleAddBias) {
         y = download<float>(d_y.get(), n);
         for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(y[i], s * b[i])) << "scale i " << i;
 
-        const int64_t cols = n == 4096 ? 512 : 143, rows = n / cols;
+        const int64_t cols = n % 512 == 0 ? 512 : 143, rows = n / cols;
         const std::vector<float> bias = test::random_vec(rng, cols);
         DeviceBuffer d_bias = upload(bias);
         cuda::add_bias(d_b.as<float>(), d_bias.as<float>(), rows, cols, nullptr);
@@ -184,7 +193,7 @@ TEST(CudaElementwise, SwigluStacked) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
     for (int64_t n_half : {int64_t{1024}, int64_t{333}}) {
-        const int64_t n_rows = 5;
+        const int64_t n_rows = test::cuda_test_size(5, 2);
         SCOPED_TRACE("n_half " + std::to_string(n_half));
         std::vector<float> gu = test::random_vec(rng, n_rows * 2 * n_half, 3.0f);
         gu[0] = -100.0f;  // exp overflow side
@@ -208,7 +217,7 @@ TEST(CudaElementwise, ConvertF32RoundsToNearestEven) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
     for (DType t : {DType::F16, DType::BF16}) {
-        for (int64_t n : {int64_t{4096}, int64_t{1003}}) {
+        for (int64_t n : {test::cuda_test_size<int64_t>(4096, 1024), int64_t{1003}}) {
             SCOPED_TRACE(std::string(dtype_name(t)) + " n " + std::to_string(n));
             std::vector<float> x = test::random_vec(rng, n, 4.0f);
             // Exact ties, subnormals, overflow, signed zero, inf.

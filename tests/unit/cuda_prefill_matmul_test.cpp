@@ -1,6 +1,12 @@
 // PrefillMatmul (backend/cuda/prefill_matmul.h) against ref::matmul (double sums of the exactly
 // dequantized weights) for all seven GPU weight types, n_tok 1 / 7 / 64 / 300, and matrices split
 // into several weight tiles with a last partial tile (PELICAN_PREFILL_TILE_MIB=1 at init).
+//
+// Small-problem mode (PELICAN_CUDA_TEST_SMALL=1, cuda_test_util.h; for compute-sanitizer): all
+// seven types, the plain-rows GEMM and the dequantized-tile path, stacked parts, realistic
+// quantized codes and several tiles with a partial last one all still run, with n_tok 1 / 7
+// instead of 1 / 7 / 64 / 300 and the tiled matrix at n_out 1100 (3 F16 tiles of 512 / 512 / 76
+// rows, 5 F32 tiles of 256 ... 76) at n_tok 7 / 64 instead of n_out 2500 at n_tok 7 / 300.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +18,7 @@
 #include "backend/cuda/gpu_matrix.h"
 #include "backend/cuda/prefill_matmul.h"
 #include "core/dequantize.h"
+#include "cuda_test_util.h"
 #include "ops/ops.h"
 #include "ops_test_util.h"
 
@@ -134,7 +141,9 @@ TEST(CudaPrefillMatmul, AllTypesAndTokenCounts) {
     const char* err = nullptr;
     ASSERT_TRUE(mm.init(1024, 1000, 300, nullptr, &err)) << err;
     for (DType t : kTypes) {
-        for (int64_t n_tok : {1, 7, 64, 300}) run_case(mm, {t, 512, 333, n_tok, false, 1});
+        std::vector<int64_t> toks = {1, 7, 64, 300};
+        if (test::cuda_test_small()) toks = {1, 7};
+        for (const int64_t n_tok : toks) run_case(mm, {t, 512, 333, n_tok, false, 1});
         run_case(mm, {t, 1024, 1000, 64, false, 2});
         if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && can_quantize(t))
             run_case(mm, {t, 256, 96, 7, true, 1});
@@ -142,18 +151,19 @@ TEST(CudaPrefillMatmul, AllTypesAndTokenCounts) {
 }
 
 // A 1 MiB weight tile: n_in 768 gives 682 F16 rows -> 512-row tiles (256 for F32), so n_out 2500
-// runs 5 (10) tile GEMMs, the last one partial.
+// runs 5 (10) tile GEMMs, the last one partial (small mode: n_out 1100, 3 (5) tiles).
 TEST(CudaPrefillMatmul, SeveralTilesWithPartialLastTile) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     ASSERT_EQ(setenv("PELICAN_PREFILL_TILE_MIB", "1", 1), 0);
     cuda::PrefillMatmul mm;
     const char* err = nullptr;
-    const bool ok = mm.init(768, 2500, 300, nullptr, &err);
+    const int64_t n_out = test::cuda_test_size<int64_t>(2500, 1100);
+    const bool ok = mm.init(768, n_out, 300, nullptr, &err);
     unsetenv("PELICAN_PREFILL_TILE_MIB");
     ASSERT_TRUE(ok) << err;
     for (DType t : kTypes) {
-        run_case(mm, {t, 768, 2500, 7, false, 1});
-        run_case(mm, {t, 768, 2500, 300, false, 3});
+        run_case(mm, {t, 768, n_out, 7, false, 1});
+        run_case(mm, {t, 768, n_out, test::cuda_test_size<int64_t>(300, 64), false, 3});
     }
 }
 

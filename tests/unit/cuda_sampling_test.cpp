@@ -8,6 +8,14 @@
 // lies within ~1e-6 of it; such a mismatch is accepted only when a reference walk of the kept
 // list (reimplemented below from sampler.h's rules) shows that boundary next to u, and such
 // cases must stay rare.
+//
+// Small-problem mode (PELICAN_CUDA_TEST_SMALL=1, cuda_test_util.h; for compute-sanitizer): every
+// kernel and branch still runs (penalties, greedy scan + argmax, sampling scan / filter / select
+// with top-k, top-p, min-p, id-order draws, ties, non-finite logits, tiny temperature, top_k >=
+// n_vocab, a 20000-id penalty window), with at most 6 draws per configuration instead of 20..200
+// (the first 3 still compare the rewritten logits bit for bit), 2 greedy repetitions instead of 5,
+// and a 20000-token vocabulary (10 scan CTAs) where the full test uses 151936 / 248320; the
+// greedy-ties case keeps 151936 (its tied ids go up to 120000) and the top_k >= n_vocab case 700.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +28,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/sampling.h"
+#include "cuda_test_util.h"
 #include "runtime/sampler.h"
 
 namespace pelican {
@@ -32,6 +41,12 @@ uint32_t fresh_seed() {
         return static_cast<uint32_t>(std::strtoul(env, nullptr, 10));
     return std::random_device{}();
 }
+
+// Draws per configuration: at most 6 in the small-problem mode.
+int draws(int full) { return test::cuda_test_small() ? std::min(full, 6) : full; }
+
+// A vocabulary size: 20000 in the small-problem mode.
+int64_t vocab(int64_t full) { return test::cuda_test_size<int64_t>(full, 20000); }
 
 double sampler_uniform(uint64_t seed) {
     std::mt19937_64 g(seed);
@@ -303,7 +318,7 @@ TEST(CudaSampling, GreedyTiesAndNonFinite) {
     EXPECT_EQ(g.sample(greedy, 0.5f), kNoToken);
     EXPECT_EQ(g.sample({1.0f, 1.0f, 0.0f, 40}, 0.5f), kNoToken);
     // Random logits with and without penalties, against the CPU sampler.
-    for (int rep = 0; rep < 5; ++rep) {
+    for (int rep = 0; rep < test::cuda_test_size(5, 2); ++rep) {
         const std::vector<float> r = normal_logits(rng, n, 3.0f, rep % 2 == 0);
         compare(g, r, greedy, {}, 1, rng());
         compare(g, r, {0.0f, 1.0f, 0.0f, 0, 1.3f, 0.4f, 0.3f}, random_history(rng, n, 300), 1, rng());
@@ -326,7 +341,9 @@ TEST(CudaSampling, MatchesCpuSamplerTopKTopPMinP) {
         {2.0f, 1.0f, 0.0f, 512},
         {1.0f, 0.99f, 0.0f, 1000, 1.1f, 0.0f, 0.0f},
     };
-    for (int64_t n : {int64_t{151936}, int64_t{248320}}) {
+    std::vector<int64_t> vocabs = {151936, 248320};
+    if (test::cuda_test_small()) vocabs = {vocab(151936)};
+    for (const int64_t n : vocabs) {
         GpuSampler g(n);
         for (int kind = 0; kind < 3; ++kind) {
             std::vector<float> l = normal_logits(rng, n, 3.0f, true);
@@ -337,7 +354,7 @@ TEST(CudaSampling, MatchesCpuSamplerTopKTopPMinP) {
             const std::vector<int32_t> hist = random_history(rng, n, 64);
             for (const Config& c : configs) {
                 const bool pen = c.rep != 1.0f || c.freq != 0.0f || c.pres != 0.0f;
-                compare(g, l, c, pen ? hist : std::vector<int32_t>{}, 60, rng());
+                compare(g, l, c, pen ? hist : std::vector<int32_t>{}, draws(60), rng());
             }
         }
     }
@@ -349,34 +366,34 @@ TEST(CudaSampling, DegenerateAndEdgeCases) {
     SCOPED_TRACE("PELICAN_TEST_SEED=" + std::to_string(seed0));
     std::mt19937 rng(seed0);
     {  // all logits equal: the whole vocabulary lands in one histogram bin
-        const int64_t n = 151936;
+        const int64_t n = vocab(151936);
         GpuSampler g(n);
         const std::vector<float> l(n, 1.5f);
-        compare(g, l, {1.0f, 1.0f, 0.0f, 50}, {}, 40, rng());
-        compare(g, l, {1.0f, 0.3f, 0.0f, 1024}, {}, 40, rng());
+        compare(g, l, {1.0f, 1.0f, 0.0f, 50}, {}, draws(40), rng());
+        compare(g, l, {1.0f, 0.3f, 0.0f, 1024}, {}, draws(40), rng());
     }
     {  // tiny temperature: overflowed logits tie at FLT_MAX, underflowed ones become -inf
-        const int64_t n = 151936;
+        const int64_t n = vocab(151936);
         GpuSampler g(n);
         const std::vector<float> l = normal_logits(rng, n, 3.0f, true);
-        compare(g, l, {1e-37f, 1.0f, 0.0f, 40}, {}, 30, rng());
-        compare(g, l, {1e-37f, 0.5f, 0.1f, 1024}, {}, 30, rng());
+        compare(g, l, {1e-37f, 1.0f, 0.0f, 40}, {}, draws(30), rng());
+        compare(g, l, {1e-37f, 0.5f, 0.1f, 1024}, {}, draws(30), rng());
     }
     {  // top_k >= n_vocab: every finite logit; without top_p the draw walks ids in order
         const int64_t n = 700;
         GpuSampler g(n);
         const std::vector<float> l = normal_logits(rng, n, 2.0f, true);
-        compare(g, l, {1.0f, 1.0f, 0.05f, 1000}, {}, 200, rng());
-        compare(g, l, {1.0f, 1.0f, 0.0f, 700}, {}, 200, rng());
-        compare(g, l, {0.9f, 0.9f, 0.0f, 1000}, {}, 200, rng());
-        compare(g, l, {1.0f, 1.0f, 0.0f, 699}, random_history(rng, n, 2000), 200, rng());
+        compare(g, l, {1.0f, 1.0f, 0.05f, 1000}, {}, draws(200), rng());
+        compare(g, l, {1.0f, 1.0f, 0.0f, 700}, {}, draws(200), rng());
+        compare(g, l, {0.9f, 0.9f, 0.0f, 1000}, {}, draws(200), rng());
+        compare(g, l, {1.0f, 1.0f, 0.0f, 699}, random_history(rng, n, 2000), draws(200), rng());
     }
     {  // long penalty window with heavy repeats (counts matter for frequency)
-        const int64_t n = 248320;
+        const int64_t n = vocab(248320);
         GpuSampler g(n);
         const std::vector<float> l = normal_logits(rng, n, 3.0f, false);
         std::vector<int32_t> h = random_history(rng, 300, 20000);  // ids < 300: many repeats
-        compare(g, l, {0.9f, 0.95f, 0.0f, 64, 1.2f, 0.3f, 0.5f}, h, 20, rng());
+        compare(g, l, {0.9f, 0.95f, 0.0f, 64, 1.2f, 0.3f, 0.5f}, h, draws(20), rng());
         compare(g, l, {0.0f, 1.0f, 0.0f, 0, 1.2f, 0.3f, 0.5f}, h, 1, rng());
     }
 }

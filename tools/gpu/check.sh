@@ -20,7 +20,9 @@
 #   LLAMA_BENCH: a llama-bench binary (peer phase; skipped when unset). This script never builds llama.cpp.
 #   LLAMA_BENCH_DONE: a file the caller's background llama.cpp build creates when finished; peer waits for it
 #     (at most LLAMA_BENCH_WAIT=600 s). LLAMA_BUILD_LOG: that build's log; its tail goes into peer.log.
-#   SANITIZE_FILTER='*' (gtest filter)  SANITIZE_TIMEOUT=150 (s, per executable and tool)
+#   SANITIZE_FILTER='*' (gtest filter)  SANITIZE_TIMEOUT=150 (s, per sanitizer run: one tool on one shard)
+#   SANITIZE_SHARDS="cuda_attention_test=4 cuda_sampling_test=2 cuda_gemv_test=4 cuda_forward_test=4
+#     cuda_golden_test=4" (gtest shards per slow executable; others run whole)  SANITIZE_JOBS=$(nproc) (runs at once)
 #   BENCH_DEVICE=cuda (pelican bench --device; "none" omits the flag)  BENCH_TIMEOUT=240 (s, per bench command)  BUDGET_S=0 (s; > 0: skip phases that would start after it)
 # shellcheck disable=SC2317  # phase_* functions are called indirectly ("phase_$p")
 set -uo pipefail
@@ -42,6 +44,7 @@ read -r -a DEPTHS <<<"${DEPTHS:-4096 32768}"
 REPS=${REPS:-3}
 SANITIZE_FILTER=${SANITIZE_FILTER:-*}
 SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-150}
+SANITIZE_SHARDS=${SANITIZE_SHARDS:-cuda_attention_test=4 cuda_sampling_test=2 cuda_gemv_test=4 cuda_forward_test=4 cuda_golden_test=4}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
 BUDGET_S=${BUDGET_S:-0}
 DEVICE_ARGS=(--device "${BENCH_DEVICE:-cuda}")
@@ -74,25 +77,94 @@ phase_test() {
   return "$rc"
 }
 
+# Shards of one test executable for the sanitizers (SANITIZE_SHARDS "name=N" entries; default 1).
+sanitize_shards() {
+  local e n=1
+  for e in $SANITIZE_SHARDS; do
+    [ "${e%%=*}" = "$1" ] && n=${e#*=}
+  done
+  case $n in '' | *[!0-9]* | 0) n=1 ;; esac
+  echo "$n"
+}
+
+# One sanitizer run: tool exe shard n_shards log. The sanitizer's output goes to log; one summary line
+# (tool, executable, shard, status, exit code, seconds, the sanitizer's SUMMARY line) goes to log.sum
+# and to stdout. Failed: a non-zero exit, a timeout, no SUMMARY line, or a non-zero error / hazard
+# count (racecheck can display hazards and still exit 0).
+sanitize_one() {
+  local tool=$1 exe=$2 shard=$3 n=$4 log=$5 t0=$SECONDS r=0 pat line count st
+  PELICAN_CUDA_TEST_SMALL=1 GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$shard \
+    timeout -k 10 "$SANITIZE_TIMEOUT" "$SANITIZER" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+    "$exe" --gtest_filter="$SANITIZE_FILTER" --gtest_brief=1 >"$log" 2>&1 || r=$?
+  if [ "$tool" = racecheck ]; then pat='RACECHECK SUMMARY'; else pat='ERROR SUMMARY'; fi
+  line=$(grep -a "$pat" "$log" | tail -n 1 | sed 's/^=* *//') || true
+  count=$(sed -n 's/^[A-Z ]*SUMMARY: \([0-9][0-9]*\).*/\1/p' <<<"$line")
+  if [ "$r" = 124 ] || [ "$r" = 137 ]; then
+    st="TIMEOUT after ${SANITIZE_TIMEOUT}s"
+  elif [ -z "$line" ]; then
+    st="FAILED (no $pat line)"
+  elif [ "${count:-1}" != 0 ]; then
+    st="FAILED (${count:-?} $([ "$tool" = racecheck ] && echo hazards || echo errors))"
+  elif [ "$r" != 0 ]; then
+    st="FAILED (the test failed)"
+  else
+    st=clean
+  fi
+  printf '%-9s %-28s %s: %s (exit %s, %ss) | %s\n' "$tool" "$(basename "$exe")" "$((shard + 1))/$n" "$st" \
+    "$r" "$((SECONDS - t0))" "${line:-no summary}" | tee "$log.sum"
+}
+
+# memcheck and racecheck on every cuda_*_test, all runs in the background (at most SANITIZE_JOBS at once,
+# sharded executables first), in the small-problem mode (PELICAN_CUDA_TEST_SMALL=1); each run's
+# summary line as it ends, then every run's output, then the summary lines in order.
 phase_sanitize() {
-  local cs rc=0 exe tool r
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  [ -x "$cs" ] || { echo "compute-sanitizer not found"; return 1; }
+  local exe tool n i log rc=0 runs=() t0=$SECONDS
+  SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  [ -x "$SANITIZER" ] || { echo "compute-sanitizer not found"; return 1; }
   shopt -s nullglob
-  local exes=("$BUILD_DIR"/bin/cuda_*_test)
+  local exes=("$BUILD_DIR"/bin/cuda_*_test) first=() rest=()
   [ ${#exes[@]} -gt 0 ] || { echo "no $BUILD_DIR/bin/cuda_*_test executables"; return 1; }
   for exe in "${exes[@]}"; do
+    if [ "$(sanitize_shards "$(basename "$exe")")" -gt 1 ]; then first+=("$exe"); else rest+=("$exe"); fi
+  done
+  local dir=$WORK/sanitize
+  rm -rf "$dir" && mkdir -p "$dir"
+  for exe in "${first[@]}" "${rest[@]}"; do
+    n=$(sanitize_shards "$(basename "$exe")")
     for tool in memcheck racecheck; do
-      echo "== $tool $(basename "$exe") --gtest_filter='$SANITIZE_FILTER' (timeout ${SANITIZE_TIMEOUT}s)"
-      timeout -k 10 "$SANITIZE_TIMEOUT" "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 \
-        "$exe" --gtest_filter="$SANITIZE_FILTER" --gtest_brief=1
-      r=$?
-      case $r in
-        0) echo "-- $tool $(basename "$exe"): clean" ;;
-        124 | 137) echo "-- $tool $(basename "$exe"): TIMEOUT after ${SANITIZE_TIMEOUT}s"; rc=1 ;;
-        *) echo "-- $tool $(basename "$exe"): FAILED (exit $r)"; rc=1 ;;
-      esac
+      for ((i = 0; i < n; i++)); do runs+=("$tool $exe $i $n"); done
     done
+  done
+  local jobs_max=${SANITIZE_JOBS:-$NPROC}
+  echo "== ${#runs[@]} sanitizer runs (PELICAN_CUDA_TEST_SMALL=1, --gtest_filter='$SANITIZE_FILTER'," \
+    "timeout ${SANITIZE_TIMEOUT}s each, $jobs_max at once): $SANITIZER"
+  local r
+  for r in "${runs[@]}"; do
+    read -r tool exe i n <<<"$r"
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+    log=$dir/$(basename "$exe").$tool.$i.log
+    sanitize_one "$tool" "$exe" "$i" "$n" "$log" &
+  done
+  wait || true
+  for r in "${runs[@]}"; do
+    read -r tool exe i n <<<"$r"
+    log=$dir/$(basename "$exe").$tool.$i.log
+    echo
+    echo "== $tool $(basename "$exe") shard $((i + 1))/$n"
+    cat "$log" 2>/dev/null || echo "(no output)"
+  done
+  echo
+  echo "== sanitize summary (${#runs[@]} runs, $((SECONDS - t0))s)"
+  for r in "${runs[@]}"; do
+    read -r tool exe i n <<<"$r"
+    log=$dir/$(basename "$exe").$tool.$i.log
+    if [ -s "$log.sum" ]; then
+      cat "$log.sum"
+      grep -q ': clean (' "$log.sum" || rc=1
+    else
+      echo "$tool $(basename "$exe") $((i + 1))/$n: FAILED (no result)"
+      rc=1
+    fi
   done
   return "$rc"
 }
