@@ -225,6 +225,7 @@ std::map<TuneKey, int> g_tune_cache;
 }  // namespace detail
 
 int gemv_variant_count() { return detail::kGemvVariants; }
+int gemv_plain_variant_count() { return detail::kGemvBaseVariants; }
 
 const char* gemv_variant_name(int variant) {
     static const auto names = [] {
@@ -316,8 +317,16 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
     PELICAN_CUDA_CHECK(cudaEventCreate(&e1));
     std::vector<float> best(static_cast<size_t>(nv), 1e30f);
     constexpr int kWarm = 2, kTimed = 12, kRounds = 2;
+    // The L2-prefetch variants (indices >= kGemvConfigs * kGemvPolicies) have not run on a GPU yet:
+    // autotuning considers them only with PELICAN_GEMV_PREFETCH=1 until a GPU run has verified them
+    // (tests force every variant regardless).
+    static const bool try_prefetch = [] {
+        const char* e = std::getenv("PELICAN_GEMV_PREFETCH");
+        return e && e[0] == '1';
+    }();
     for (int round = 0; round < kRounds; ++round) {
         for (int v = 0; v < nv; ++v) {
+            if (!try_prefetch && v >= kGemvConfigs * kGemvPolicies) continue;
             // Configurations apply to n_tok = 1; larger calls vary the grid policy and prefetch.
             if (ex.n_tok > 1 && v / kGemvPolicies % kGemvConfigs != 0) continue;
             for (int i = 0; i < kWarm; ++i) call(v);
