@@ -86,6 +86,11 @@ uint32_t gguf_file_type(DType requested) {
 TypeChoice choose_tensor_type(std::string_view name, std::span<const uint64_t> dims, DType requested,
                               bool tied_embeddings) {
     if (dims.size() < 2) return {DType::F32, {}};
+    // As llama.cpp's converter: routers and the DeltaNet's conv kernel stay F32 (its CPU ssm_conv
+    // op takes only F32 weights).
+    if (name.ends_with(".ffn_gate_inp.weight") || name.ends_with(".ffn_gate_inp_shexp.weight") ||
+        name.ends_with(".ssm_conv1d.weight"))
+        return {DType::F32, {}};
     DType want = requested;
     const bool is_output = name == "output.weight" || (tied_embeddings && name == "token_embd.weight");
     if (is_output && (requested == DType::Q4_0 || requested == DType::Q4_K)) want = DType::Q6_K;

@@ -647,6 +647,11 @@ TEST(Convert, TypeRule) {
     EXPECT_EQ(choose_tensor_type("token_embd.weight", m256, DType::Q4_K, false).type, DType::Q4_K);
     EXPECT_EQ(choose_tensor_type("blk.0.ffn_down.weight", m96, DType::Q4_K, false).type, DType::Q8_0);
     EXPECT_EQ(choose_tensor_type("output.weight", m96, DType::Q4_0, false).type, DType::Q8_0);
+    // llama.cpp keeps routers and the DeltaNet conv kernel in F32.
+    EXPECT_EQ(choose_tensor_type("blk.0.ssm_conv1d.weight", m256, DType::BF16, false).type, DType::F32);
+    EXPECT_EQ(choose_tensor_type("blk.0.ffn_gate_inp.weight", m256, DType::Q8_0, false).type, DType::F32);
+    EXPECT_EQ(choose_tensor_type("blk.1.ffn_gate_inp_shexp.weight", m256, DType::Q4_K, false).type,
+              DType::F32);
     const TypeChoice c = choose_tensor_type("blk.0.ffn_down.weight", m100, DType::Q4_0, false);
     EXPECT_EQ(c.type, DType::F16);
     EXPECT_NE(c.note.find("100"), std::string::npos);

@@ -4,6 +4,7 @@
 // heads); loading that GGUF gives the same logits (main pass and MTP) as loading the HF folder.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -156,6 +157,24 @@ TEST(HybridGguf, DenseConvertsAndMatches) {
     s.mtp = true;
     s.seed = 41;
     check_round_trip(s, "gguf_dense", false);
+}
+
+// Not a check: with PELICAN_HYBRID_INTEROP_DIR set, writes two tiny random HF folders there (moe/ with an
+// MTP block, dense/) whose vocabulary (151936 rows) fits the real Qwen3 tokenizer, for the manual
+// llama.cpp comparison in tools/interop/qwen35_llama_cpp.sh (which copies the tokenizer in).
+TEST(HybridGguf, WriteInteropFolders) {
+    const char* dir = std::getenv("PELICAN_HYBRID_INTEROP_DIR");
+    if (!dir) GTEST_SKIP() << "PELICAN_HYBRID_INTEROP_DIR is not set";
+    for (const bool moe : {true, false}) {
+        HybridSpec s;
+        s.moe = moe;
+        s.mtp = true;
+        s.n_vocab = 151936;
+        s.seed = moe ? 101 : 103;
+        const std::string out = (fs::path(dir) / (moe ? "moe" : "dense")).string();
+        fs::create_directories(out);
+        test::write_hybrid_folder(out, s, test::hybrid_weights(s));
+    }
 }
 
 }  // namespace
