@@ -116,7 +116,8 @@ void setup(CLI::App& app) {
                     "Output type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (default f16)");
     sub->add_option("--name", args->name, "general.name (default: the input's name)");
     sub->add_option("--synthetic", args->synthetic,
-                    "Write random weights of this architecture (llama, mistral, qwen2, qwen3, granite)");
+                    "Write random weights of this architecture (llama, mistral, qwen2, qwen3, granite, "
+                    "qwen3_5_moe, qwen3_5)");
     sub->add_option("--config", args->config, "Synthetic: config.json-style JSON file, or inline JSON");
     sub->add_option("--vocab", args->vocab, "Synthetic: vocabulary from a GGUF, tokenizer.json or HF folder");
     sub->add_option("--seed", args->seed, "Synthetic: random seed (default 0)");

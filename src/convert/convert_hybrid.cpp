@@ -247,6 +247,65 @@ private:
 
 }  // namespace
 
+Status append_hybrid_kvs(std::vector<GgufKV>& kvs, const HfConfig& cfg, const ModelHParams& hp,
+                         int64_t n_vocab, int64_t n_mtp, const std::string& where) {
+    const HybridHParams& hy = *hp.hybrid;
+    const std::string arch_name(hp.arch->gguf_write_name);
+    const std::string a = arch_name + ".";
+    const auto put = [&](std::string key, GgufValue v) { kvs.push_back({a + key, std::move(v)}); };
+    const auto u32 = [](int64_t v) { return gguf_u32(static_cast<uint32_t>(v)); };
+    if (hp.n_ctx_train > 0) put("context_length", u32(hp.n_ctx_train));
+    put("embedding_length", u32(hp.n_embd));
+    put("block_count", u32(hp.n_layer + n_mtp));
+    if (n_mtp > 0) put("nextn_predict_layers", u32(n_mtp));
+    put("attention.head_count", u32(hp.n_head));
+    put("attention.head_count_kv", u32(hp.n_head_kv));
+    put("attention.key_length", u32(hp.head_dim));
+    put("attention.value_length", u32(hp.head_dim));
+    put("attention.layer_norm_rms_epsilon", gguf_f32(hp.rms_eps));
+    put("rope.dimension_count", u32(hp.rope_dim));
+    put("rope.freq_base", gguf_f32(static_cast<float>(hp.rope_theta)));
+    {
+        std::vector<int64_t> sec = {11, 11, 10, 0};
+        if (cfg.rope_scaling && !cfg.rope_scaling->mrope_section.empty())
+            sec = cfg.rope_scaling->mrope_section;
+        sec.resize(4, 0);
+        std::vector<GgufValue> arr;
+        for (int64_t v : sec) arr.push_back(gguf_i32(static_cast<int32_t>(v)));
+        put("rope.dimension_sections", gguf_array(GgufType::I32, std::move(arr)));
+    }
+    put("vocab_size", u32(n_vocab));
+    if (hy.moe) {
+        put("expert_count", u32(hy.n_expert));
+        put("expert_used_count", u32(hy.n_expert_used));
+        put("expert_feed_forward_length", u32(hy.n_ff_expert));
+        put("expert_shared_feed_forward_length", u32(hy.n_ff_shared));
+        put("feed_forward_length", u32(hy.n_ff_expert));
+    } else {
+        put("feed_forward_length", u32(hp.n_ff));
+    }
+    put("ssm.conv_kernel", u32(hy.conv_kernel));
+    put("ssm.state_size", u32(hy.linear.d_k));
+    put("ssm.group_count", u32(hy.linear.n_k_heads));
+    put("ssm.time_step_rank", u32(hy.linear.n_v_heads));
+    put("ssm.inner_size", u32(hy.linear.value_dim()));
+    // llama.cpp marks full attention by an interval: find the one layer_types follows.
+    int64_t every = 0;
+    for (int64_t k = 1; k <= hp.n_layer && every == 0; ++k) {
+        bool ok = true;
+        for (int64_t i = 0; i < hp.n_layer && ok; ++i)
+            ok = (hy.full_attention[static_cast<size_t>(i)] != 0) == ((i + 1) % k == 0);
+        if (ok) every = k;
+    }
+    if (every == 0)
+        return make_error(
+            "{}: layer_types is not every-k-th-layer full attention (llama.cpp's "
+            "full_attention_interval cannot express it)",
+            where);
+    put("full_attention_interval", u32(every));
+    return {};
+}
+
 Expected<ConvertJob> plan_convert_hybrid(const std::string& folder, const ConvertOptions& opt,
                                          const HfConfig& cfg, const ModelHParams& hp) {
     const HybridHParams& hy = *hp.hybrid;
@@ -317,58 +376,7 @@ Expected<ConvertJob> plan_convert_hybrid(const std::string& folder, const Conver
         name = std::filesystem::absolute(folder).lexically_normal().parent_path().filename().string();
     const std::string arch_name(hp.arch->gguf_write_name);
     append_general_kvs(job.kvs, arch_name, name, opt.type);
-    const std::string a = arch_name + ".";
-    const auto put = [&](std::string key, GgufValue v) { job.kvs.push_back({a + key, std::move(v)}); };
-    const auto u32 = [](int64_t v) { return gguf_u32(static_cast<uint32_t>(v)); };
-    if (hp.n_ctx_train > 0) put("context_length", u32(hp.n_ctx_train));
-    put("embedding_length", u32(hp.n_embd));
-    put("block_count", u32(hp.n_layer + n_mtp));
-    if (n_mtp > 0) put("nextn_predict_layers", u32(n_mtp));
-    put("attention.head_count", u32(hp.n_head));
-    put("attention.head_count_kv", u32(hp.n_head_kv));
-    put("attention.key_length", u32(hp.head_dim));
-    put("attention.value_length", u32(hp.head_dim));
-    put("attention.layer_norm_rms_epsilon", gguf_f32(hp.rms_eps));
-    put("rope.dimension_count", u32(hp.rope_dim));
-    put("rope.freq_base", gguf_f32(static_cast<float>(hp.rope_theta)));
-    {
-        std::vector<int64_t> sec = {11, 11, 10, 0};
-        if (cfg.rope_scaling && !cfg.rope_scaling->mrope_section.empty())
-            sec = cfg.rope_scaling->mrope_section;
-        sec.resize(4, 0);
-        std::vector<GgufValue> arr;
-        for (int64_t v : sec) arr.push_back(gguf_i32(static_cast<int32_t>(v)));
-        put("rope.dimension_sections", gguf_array(GgufType::I32, std::move(arr)));
-    }
-    put("vocab_size", u32(n_vocab));
-    if (hy.moe) {
-        put("expert_count", u32(hy.n_expert));
-        put("expert_used_count", u32(hy.n_expert_used));
-        put("expert_feed_forward_length", u32(hy.n_ff_expert));
-        put("expert_shared_feed_forward_length", u32(hy.n_ff_shared));
-        put("feed_forward_length", u32(hy.n_ff_expert));
-    } else {
-        put("feed_forward_length", u32(hp.n_ff));
-    }
-    put("ssm.conv_kernel", u32(hy.conv_kernel));
-    put("ssm.state_size", u32(hy.linear.d_k));
-    put("ssm.group_count", u32(hy.linear.n_k_heads));
-    put("ssm.time_step_rank", u32(hy.linear.n_v_heads));
-    put("ssm.inner_size", u32(hy.linear.value_dim()));
-    // llama.cpp marks full attention by an interval: find the one layer_types follows.
-    int64_t every = 0;
-    for (int64_t k = 1; k <= hp.n_layer && every == 0; ++k) {
-        bool ok = true;
-        for (int64_t i = 0; i < hp.n_layer && ok; ++i)
-            ok = (hy.full_attention[static_cast<size_t>(i)] != 0) == ((i + 1) % k == 0);
-        if (ok) every = k;
-    }
-    if (every == 0)
-        return make_error(
-            "{}: layer_types is not every-k-th-layer full attention (llama.cpp's "
-            "full_attention_interval cannot express it)",
-            folder);
-    put("full_attention_interval", u32(every));
+    PELICAN_TRY(append_hybrid_kvs(job.kvs, cfg, hp, n_vocab, n_mtp, folder));
     PELICAN_TRY(append_tokenizer_kvs(job.kvs, tok->spec(), n_vocab));
 
     std::stable_sort(

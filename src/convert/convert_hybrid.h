@@ -14,4 +14,9 @@ namespace pelican {
 Expected<ConvertJob> plan_convert_hybrid(const std::string& folder, const ConvertOptions& opt,
                                          const HfConfig& cfg, const ModelHParams& hp);
 
+// The <arch>.* metadata keys of a qwen35moe / qwen35 GGUF as llama.cpp names them (n_mtp: 0 or 1
+// nextn layers counted in block_count). `where` names the source in errors.
+Status append_hybrid_kvs(std::vector<GgufKV>& kvs, const HfConfig& cfg, const ModelHParams& hp,
+                         int64_t n_vocab, int64_t n_mtp, const std::string& where);
+
 }  // namespace pelican

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "convert/convert_hybrid.h"
 #include "convert/metadata.h"
 #include "formats/gguf_writer.h"
 #include "formats/hf_config.h"
@@ -111,6 +112,79 @@ Expected<ConvertJob> plan_synthetic(const SyntheticOptions& s, const ConvertOpti
     const bool out_bias =
         arch->out_bias == Need::Required || (cfg.attention_bias && arch->qkv_bias != Need::Required);
     const bool mlp_bias = arch->mlp_bias == Need::Required || cfg.mlp_bias;
+
+    if (hp.hybrid) {
+        // Qwen3.5 (qwen35moe / qwen35) with llama.cpp's names and layout: norms hold 1 + w, ssm_a holds
+        // A = -exp(A_log) < 0, experts are stacked [E, n_ff, n_embd] tensors, the MTP block is the nextn
+        // layer blk.{n_layer}.
+        const HybridHParams& hy = *hp.hybrid;
+        if (cfg.mtp_num_hidden_layers > 1)
+            return make_error("{}: {} MTP layers (llama.cpp's qwen35 archs take one)", s.config_name,
+                              cfg.mtp_num_hidden_layers);
+        const int64_t n_mtp = cfg.mtp_num_hidden_layers > 0 ? 1 : 0;
+        const uint64_t QH = u(hp.n_head * hp.head_dim), KVH = u(hp.n_head_kv * hp.head_dim);
+        const uint64_t C = u(hy.linear.conv_dim()), VD = u(hy.linear.value_dim()),
+                       NV = u(hy.linear.n_v_heads);
+        const uint64_t X = u(hy.n_expert), FE = u(hy.n_ff_expert), FS = u(hy.n_ff_shared);
+        add("token_embd.weight", {E, V}, 0);
+        for (int64_t i = 0; i < hp.n_layer + n_mtp; ++i) {
+            const std::string b = fmt::format("blk.{}.", i);
+            const bool full = i >= hp.n_layer || hy.full_attention[static_cast<size_t>(i)] != 0;
+            if (i >= hp.n_layer) {
+                add(b + "nextn.eh_proj.weight", {2 * E, E}, 0);
+                add(b + "nextn.enorm.weight", {E}, 1);
+                add(b + "nextn.hnorm.weight", {E}, 1);
+                add(b + "nextn.shared_head_norm.weight", {E}, 1);
+            }
+            add(b + "attn_norm.weight", {E}, 1);
+            add(b + "post_attention_norm.weight", {E}, 1);
+            if (full) {
+                add(b + "attn_q.weight", {E, 2 * QH}, 0);  // per head [query | gate]
+                add(b + "attn_k.weight", {E, KVH}, 0);
+                add(b + "attn_v.weight", {E, KVH}, 0);
+                add(b + "attn_output.weight", {QH, E}, 0);
+                add(b + "attn_q_norm.weight", {HD}, 1);
+                add(b + "attn_k_norm.weight", {HD}, 1);
+            } else {
+                add(b + "attn_qkv.weight", {E, C}, 0);
+                add(b + "attn_gate.weight", {E, VD}, 0);
+                add(b + "ssm_beta.weight", {E, NV}, 0);
+                add(b + "ssm_alpha.weight", {E, NV}, 0);
+                add(b + "ssm_conv1d.weight", {u(hy.conv_kernel), C}, 0);
+                add(b + "ssm_dt.bias", {NV}, 0);
+                add(b + "ssm_a", {NV}, -0.35f);  // bounded samples: A in about [-0.70, -0.004]
+                add(b + "ssm_norm.weight", {u(hy.linear.d_v)}, 1);
+                add(b + "ssm_out.weight", {VD, E}, 0);
+            }
+            if (hy.moe) {
+                add(b + "ffn_gate_inp.weight", {E, X}, 0);
+                add(b + "ffn_gate_exps.weight", {E, FE, X}, 0);
+                add(b + "ffn_up_exps.weight", {E, FE, X}, 0);
+                add(b + "ffn_down_exps.weight", {FE, E, X}, 0);
+                add(b + "ffn_gate_inp_shexp.weight", {E, 1}, 0);
+                add(b + "ffn_gate_shexp.weight", {E, FS}, 0);
+                add(b + "ffn_up_shexp.weight", {E, FS}, 0);
+                add(b + "ffn_down_shexp.weight", {FS, E}, 0);
+            } else {
+                add(b + "ffn_gate.weight", {E, F}, 0);
+                add(b + "ffn_up.weight", {E, F}, 0);
+                add(b + "ffn_down.weight", {F, E}, 0);
+            }
+        }
+        add("output_norm.weight", {E}, 1);
+        if (!cfg.tie_word_embeddings) add("output.weight", {E, V}, 0);
+        const std::string name = opt.name.empty() ? "synthetic-" + std::string(arch->name) : opt.name;
+        append_general_kvs(job.kvs, arch->gguf_write_name, name, opt.type);
+        job.kvs.push_back(
+            {"general.description",
+             gguf_string(fmt::format("synthetic random weights (pelican convert --synthetic {}, seed {}, "
+                                     "std {})",
+                                     arch->name, seed, init_std))});
+        PELICAN_TRY(append_hybrid_kvs(job.kvs, cfg, hp, n_vocab, n_mtp, s.config_name));
+        PELICAN_TRY(append_tokenizer_kvs(job.kvs, tok->spec(), n_vocab));
+        assign_output_types(job, opt.type);
+        return job;
+    }
 
     add("token_embd.weight", {E, V}, 0);
     for (int i = 0; i < hp.n_layer; ++i) {

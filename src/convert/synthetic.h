@@ -26,7 +26,7 @@
 namespace pelican {
 
 struct SyntheticOptions {
-    std::string arch;                    // llama, mistral, qwen2, qwen3, granite
+    std::string arch;                    // llama, mistral, qwen2, qwen3, granite, qwen3_5_moe, qwen3_5
     std::string config_json;             // the config text
     std::string config_name = "config";  // for errors (the file name)
     std::string vocab;                   // GGUF file, tokenizer.json or HF folder holding the vocabulary

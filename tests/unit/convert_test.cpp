@@ -25,6 +25,7 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/forward.h"
+#include "model/hybrid_forward.h"
 #include "model/model.h"
 #include "model/rope_permute.h"
 #include "tokenizer/tokenizer.h"
@@ -498,6 +499,68 @@ TEST(Convert, SyntheticArchitecturesLoadAndRun) {
         const std::vector<int32_t> toks = {1, 450, 4996, 17354, 1701, 29916};
         ASSERT_TRUE((*fw)->eval(toks, 0, pool).ok());
         for (float x : (*fw)->last_logits()) ASSERT_TRUE(std::isfinite(x)) << c.arch;
+    }
+}
+
+// Qwen3.5 synthetic models: the full-size configs plan with the expected parameter counts (not
+// written: tens of GB), and scaled-down moe / dense ones load and run.
+TEST(Convert, SyntheticQwen35) {
+    struct Full {
+        const char* file;
+        double lo, hi;
+    };
+    for (const Full& c :
+         {Full{"qwen3.5-35b-a3b.json", 34.5e9, 36.5e9}, Full{"qwen3.5-122b-a10b.json", 120e9, 126e9}}) {
+        std::ifstream in(kSource / "tools/configs" / c.file);
+        const std::string cfg{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        SyntheticOptions s{
+            .arch = "qwen3_5_moe", .config_json = cfg, .config_name = c.file, .vocab = kSpmVocab.string()};
+        auto job = plan_synthetic(s, quiet(DType::Q4_K));
+        ASSERT_TRUE(job.ok()) << c.file << ": " << job.error().message;
+        double params = 0;
+        for (const PlannedTensor& t : job->tensors) {
+            double n = 1;
+            for (uint64_t d : t.dims) n *= static_cast<double>(d);
+            params += n;
+        }
+        fmt::print("{}: {} tensors, {:.2f} B parameters\n", c.file, job->tensors.size(), params / 1e9);
+        EXPECT_GE(params, c.lo) << c.file;
+        EXPECT_LE(params, c.hi) << c.file;
+    }
+
+    TempDir dir;
+    const std::string mini = R"({"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+        "linear_key_head_dim": 32, "linear_value_head_dim": 32, "num_experts": 8, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "intermediate_size": 256,
+        "rope_parameters": {"rope_theta": 1e7, "partial_rotary_factor": 0.25, "mrope_section": [3, 3, 2]},
+        "mtp_num_hidden_layers": 1})";
+    ThreadPool pool(2);
+    for (const char* arch : {"qwen3_5_moe", "qwen3_5"}) {
+        const std::string out = dir / fmt::format("{}.gguf", arch);
+        auto r = write_synthetic(arch, mini, out, DType::Q8_0, 3);
+        ASSERT_TRUE(r.ok()) << arch << ": " << r.error().message;
+        auto f = GgufFile::open(out);
+        ASSERT_TRUE(f.ok());
+        const bool moe = std::string(arch) == "qwen3_5_moe";
+        const std::string a = moe ? "qwen35moe" : "qwen35";
+        EXPECT_EQ(f->get_string("general.architecture"), a);
+        EXPECT_EQ(f->get_int(a + ".block_count"), 5);
+        EXPECT_EQ(f->get_int(a + ".nextn_predict_layers"), 1);
+        EXPECT_EQ(f->find_tensor("blk.0.ssm_conv1d.weight")->type, DType::F32);
+        EXPECT_NE(f->find_tensor("blk.4.nextn.eh_proj.weight"), nullptr);
+        if (moe)
+            EXPECT_EQ(f->find_tensor("blk.0.ffn_gate_exps.weight")->dims,
+                      (std::vector<uint64_t>{128, 64, 8}));
+        for (float x : to_f32(*f, *f->find_tensor("blk.0.ssm_a"))) EXPECT_LT(x, 0.0f);
+        auto m = Model::load(out);
+        ASSERT_TRUE(m.ok()) << arch << ": " << m.error().message;
+        auto fw = HybridForward::create(**m, ForwardOptions{.n_ctx = 16});
+        ASSERT_TRUE(fw.ok()) << fw.error().message;
+        const std::vector<int32_t> toks = {1, 450, 4996, 17354, 1701, 29916};
+        std::vector<float> logits(toks.size() * static_cast<size_t>((*m)->hparams().n_vocab));
+        ASSERT_TRUE((*fw)->eval(toks, 0, pool, logits).ok());
+        for (float x : logits) ASSERT_TRUE(std::isfinite(x)) << arch;
     }
 }
 
