@@ -549,9 +549,10 @@ TEST(Convert, SyntheticQwen35) {
         EXPECT_EQ(f->get_int(a + ".nextn_predict_layers"), 1);
         EXPECT_EQ(f->find_tensor("blk.0.ssm_conv1d.weight")->type, DType::F32);
         EXPECT_NE(f->find_tensor("blk.4.nextn.eh_proj.weight"), nullptr);
-        if (moe)
+        if (moe) {
             EXPECT_EQ(f->find_tensor("blk.0.ffn_gate_exps.weight")->dims,
                       (std::vector<uint64_t>{128, 64, 8}));
+        }
         for (float x : to_f32(*f, *f->find_tensor("blk.0.ssm_a"))) EXPECT_LT(x, 0.0f);
         auto m = Model::load(out);
         ASSERT_TRUE(m.ok()) << arch << ": " << m.error().message;
