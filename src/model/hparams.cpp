@@ -224,8 +224,8 @@ Expected<ModelHParams> hparams_from_gguf(const GgufFile& f, const ArchSpec& arch
     return hp;
 }
 
-Expected<ModelHParams> hparams_from_hf(const HfConfig& c, const ArchSpec& arch, std::string_view source) {
-    if (arch.hybrid) return hybrid_hparams_from_hf(c, arch, source);
+Expected<ModelHParams> hparams_common_from_hf(const HfConfig& c, const ArchSpec& arch,
+                                              std::string_view source) {
     ModelHParams hp;
     hp.arch = &arch;
     hp.rope_layout = RopeLayout::kNeox;
@@ -235,18 +235,24 @@ Expected<ModelHParams> hparams_from_hf(const HfConfig& c, const ArchSpec& arch, 
     hp.n_head = c.num_attention_heads;
     hp.n_head_kv = c.num_key_value_heads;
     hp.head_dim = c.head_dim;
-    hp.n_ff = c.intermediate_size;
     hp.n_ctx_train = c.max_position_embeddings;
     hp.rms_eps = static_cast<float>(c.rms_norm_eps);
     hp.rope_dim = c.rotary_dim();
     hp.rope_theta = c.rope_theta;
-    if (arch.sliding_window && c.sliding_window) hp.sliding_window = *c.sliding_window;
+    hp.attn_scale = hp.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(hp.head_dim)) : 0.0f;
     if (c.hidden_act != "silu" && c.hidden_act != "swish")
         return make_error("{}: hidden_act \"{}\" is not supported for {} (expected silu)", source,
                           c.hidden_act, arch.name);
+    return hp;
+}
+
+Expected<ModelHParams> hparams_from_hf(const HfConfig& c, const ArchSpec& arch, std::string_view source) {
+    if (arch.hybrid) return hybrid_hparams_from_hf(c, arch, source);
+    PELICAN_ASSIGN(ModelHParams hp, hparams_common_from_hf(c, arch, source));
+    hp.n_ff = c.intermediate_size;
+    if (arch.sliding_window && c.sliding_window) hp.sliding_window = *c.sliding_window;
     if (c.is_moe())
         return make_error("{}: mixture-of-experts {} models are not supported yet", source, arch.name);
-    hp.attn_scale = hp.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(hp.head_dim)) : 0.0f;
     if (arch.scalar_multipliers) {
         hp.embd_scale = static_cast<float>(c.embedding_multiplier);
         hp.residual_scale = static_cast<float>(c.residual_multiplier);

@@ -57,6 +57,10 @@ Expected<ModelHParams> hparams_from_gguf(const GgufFile& f, const ArchSpec& arch
 // From a parsed config.json. Rope layout is always NeoX (HF checkpoints are not permuted).
 Expected<ModelHParams> hparams_from_hf(const HfConfig& c, const ArchSpec& arch, std::string_view source);
 
+// The fields every config.json reader shares (sizes, eps, rope dims and theta, NeoX layout,
+// 1/sqrt(head_dim) attention scale); errors: an activation other than silu.
+Expected<ModelHParams> hparams_common_from_hf(const HfConfig& c, const ArchSpec& arch,
+                                              std::string_view source);
 // The same for the hybrid Qwen3.5 archs (model/hybrid_hparams.cpp); hparams_from_hf forwards to it.
 Expected<ModelHParams> hybrid_hparams_from_hf(const HfConfig& c, const ArchSpec& arch,
                                               std::string_view source);

@@ -1,8 +1,6 @@
 // config.json -> ModelHParams + HybridHParams for the Qwen3.5 hybrid stack (model/hybrid_hparams.h).
 #include "model/hybrid_hparams.h"
 
-#include <cmath>
-
 #include "model/hparams.h"
 #include "model/rope_freq.h"
 
@@ -10,23 +8,7 @@ namespace pelican {
 
 Expected<ModelHParams> hybrid_hparams_from_hf(const HfConfig& c, const ArchSpec& arch,
                                               std::string_view source) {
-    ModelHParams hp;
-    hp.arch = &arch;
-    hp.rope_layout = RopeLayout::kNeox;
-    hp.n_vocab = c.vocab_size;
-    hp.n_embd = c.hidden_size;
-    hp.n_layer = c.num_hidden_layers;
-    hp.n_head = c.num_attention_heads;
-    hp.n_head_kv = c.num_key_value_heads;
-    hp.head_dim = c.head_dim;
-    hp.n_ctx_train = c.max_position_embeddings;
-    hp.rms_eps = static_cast<float>(c.rms_norm_eps);
-    hp.rope_dim = c.rotary_dim();
-    hp.rope_theta = c.rope_theta;
-    hp.attn_scale = hp.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(hp.head_dim)) : 0.0f;
-    if (c.hidden_act != "silu" && c.hidden_act != "swish")
-        return make_error("{}: hidden_act \"{}\" is not supported for {} (expected silu)", source,
-                          c.hidden_act, arch.name);
+    PELICAN_ASSIGN(ModelHParams hp, hparams_common_from_hf(c, arch, source));
 
     HybridHParams h;
     h.moe = arch.name == "qwen35moe";

@@ -118,6 +118,10 @@ private:
                 bool use_graph);
     Status init();
     KvView kv(int il) const;
+    // Rope + KV-store and attention arguments of layer il for n_tok tokens at *pos (decode and
+    // prefill share them; callers add what differs: attention workspace).
+    RopeStoreArgs rope_args(int il, int n_tok, const int32_t* pos) const;
+    AttnArgs attn_args(int il, int n_tok, const int32_t* pos) const;
     Status check_step(int32_t token, int64_t pos) const;
     Status check_sampling(const GpuSampleParams& p, std::span<const int32_t> penalty_ids, float u) const;
     void stage_step(int32_t token, int64_t pos, float u);  // ring slot -> step_in_ (async)

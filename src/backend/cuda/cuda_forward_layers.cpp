@@ -12,6 +12,45 @@
 
 namespace pelican::cuda {
 
+// ---- shared per-layer arguments ---------------------------------------------------------------
+
+RopeStoreArgs CudaForward::rope_args(int il, int n_tok, const int32_t* pos) const {
+    const GpuLayer& L = gm_->layer(il);
+    RopeStoreArgs r;
+    r.qkv = qkv_;
+    r.n_tok = n_tok;
+    r.n_head = static_cast<int>(hp_.n_head);
+    r.n_kv_head = static_cast<int>(hp_.n_head_kv);
+    r.head_dim = static_cast<int>(hp_.head_dim);
+    r.n_rot = static_cast<int>(hp_.rope_dim);
+    r.neox = hp_.rope_layout == RopeLayout::kNeox;
+    r.inv_freq = gm_->inv_freq();
+    r.mscale = hp_.rope_attn_factor;
+    r.rope_table = rope_table_;
+    r.q_norm = L.q_norm;
+    r.k_norm = L.k_norm;
+    r.norm_eps = hp_.rms_eps;
+    r.pos0_dev = pos;
+    r.kv = kv(il);
+    return r;
+}
+
+AttnArgs CudaForward::attn_args(int il, int n_tok, const int32_t* pos) const {
+    AttnArgs at;
+    at.q = qkv_;
+    at.q_stride = qkv_w_;
+    at.n_tok = n_tok;
+    at.n_head = static_cast<int>(hp_.n_head);
+    at.n_kv_head = static_cast<int>(hp_.n_head_kv);
+    at.head_dim = static_cast<int>(hp_.head_dim);
+    at.scale = hp_.attn_scale;
+    at.window = hp_.sliding_window;
+    at.pos0_dev = pos;
+    at.kv = kv(il);
+    at.out = attn_;
+    return at;
+}
+
 // ---- decode step (graph-capturable: no host interaction, inputs read from step_in_) -------------
 
 void CudaForward::enqueue_step() {
@@ -34,36 +73,8 @@ void CudaForward::enqueue_step() {
             a.y_stride = qkv_w_;
             gemv(p.m, a, stream_);
         }
-        RopeStoreArgs r;
-        r.qkv = qkv_;
-        r.n_tok = 1;
-        r.n_head = static_cast<int>(hp_.n_head);
-        r.n_kv_head = static_cast<int>(hp_.n_head_kv);
-        r.head_dim = static_cast<int>(hp_.head_dim);
-        r.n_rot = static_cast<int>(hp_.rope_dim);
-        r.neox = hp_.rope_layout == RopeLayout::kNeox;
-        r.inv_freq = gm_->inv_freq();
-        r.mscale = hp_.rope_attn_factor;
-        r.rope_table = rope_table_;
-        r.q_norm = L.q_norm;
-        r.k_norm = L.k_norm;
-        r.norm_eps = eps;
-        r.pos0_dev = pos;
-        r.kv = kv(il);
-        rope_store_kv(r, stream_);
-
-        AttnArgs at;
-        at.q = qkv_;
-        at.q_stride = qkv_w_;
-        at.n_tok = 1;
-        at.n_head = r.n_head;
-        at.n_kv_head = r.n_kv_head;
-        at.head_dim = r.head_dim;
-        at.scale = hp_.attn_scale;
-        at.window = hp_.sliding_window;
-        at.pos0_dev = pos;
-        at.kv = r.kv;
-        at.out = attn_;
+        rope_store_kv(rope_args(il, 1, pos), stream_);
+        AttnArgs at = attn_args(il, 1, pos);
         at.workspace = attn_ws_;
         attention_decode(at, stream_);
 
@@ -145,36 +156,8 @@ void CudaForward::prefill_layer(int il, int64_t n, int64_t pos0, const int32_t* 
     rms_norm(x_, L.attn_norm, xn_, n, E, eps, false, stream_);
     prefill_parts(L.qkv, xn_, n, qkv_, qkv_w_);
     if (L.b_qkv) add_bias(qkv_, L.b_qkv, n, qkv_w_, stream_);
-    RopeStoreArgs r;
-    r.qkv = qkv_;
-    r.n_tok = static_cast<int>(n);
-    r.n_head = static_cast<int>(hp_.n_head);
-    r.n_kv_head = static_cast<int>(hp_.n_head_kv);
-    r.head_dim = static_cast<int>(hp_.head_dim);
-    r.n_rot = static_cast<int>(hp_.rope_dim);
-    r.neox = hp_.rope_layout == RopeLayout::kNeox;
-    r.inv_freq = gm_->inv_freq();
-    r.mscale = hp_.rope_attn_factor;
-    r.rope_table = rope_table_;
-    r.q_norm = L.q_norm;
-    r.k_norm = L.k_norm;
-    r.norm_eps = eps;
-    r.pos0_dev = pos_dev;
-    r.kv = kv(il);
-    rope_store_kv(r, stream_);
-
-    AttnArgs at;
-    at.q = qkv_;
-    at.q_stride = qkv_w_;
-    at.n_tok = static_cast<int>(n);
-    at.n_head = r.n_head;
-    at.n_kv_head = r.n_kv_head;
-    at.head_dim = r.head_dim;
-    at.scale = hp_.attn_scale;
-    at.window = hp_.sliding_window;
-    at.pos0_dev = pos_dev;
-    at.kv = r.kv;
-    at.out = attn_;
+    rope_store_kv(rope_args(il, static_cast<int>(n), pos_dev), stream_);
+    const AttnArgs at = attn_args(il, static_cast<int>(n), pos_dev);
     attention_prefill(at, pos0, stream_);
 
     mm_.run(L.wo, attn_, n, proj_, stream_);
