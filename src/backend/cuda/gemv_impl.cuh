@@ -43,7 +43,15 @@
 
 namespace pelican::cuda::detail {
 
-inline constexpr int kGemvThreads = 256;
+// Threads per CTA. Every CTA reads the whole input vector (and the norm weights) from L2 in its
+// prologue, so the prologue's L2 traffic is CTAs x input bytes: 512-thread CTAs (one per SM at
+// ~100 registers per thread, 16 warps) read it half as often as 256-thread ones (two per SM).
+// Measured on the H200 (docs/performance.md): the prologue was ~6 of 15 us of the 4096x14336
+// Q4_0 call with 256 threads. PELICAN_GEMV_THREADS overrides it at build time for comparisons.
+#ifndef PELICAN_GEMV_THREADS
+#define PELICAN_GEMV_THREADS 512
+#endif
+inline constexpr int kGemvThreads = PELICAN_GEMV_THREADS;
 inline constexpr int kGemvWarps = kGemvThreads / 32;
 // Dynamic shared memory one GEMV CTA may use (activations of its token group).
 inline constexpr int kGemvMaxSmem = 200 * 1024;
@@ -166,6 +174,9 @@ struct GemvParams {
     int pf_groups = 0;     // window of groups (>= 1), starting at the CTA's current group
     bool pf_line = false;  // prefetch.global.L2 per 128-byte line, else cp.async.bulk.prefetch.L2
     bool pf_roll = false;  // on entering each later group, hint the group that ends the window
+    // Benchmarks only (gemv_set_debug_mode): 0 normal; 1 skip the activation prologue; 2 skip the
+    // weight loop (prologue only); 3 empty kernel (PDL wait and trigger). Modes 1-3 give wrong y.
+    int debug = 0;
 };
 
 // ---- device helpers ----------------------------------------------------------------------------
@@ -804,7 +815,8 @@ struct GemvUnits {
 
 // R: weight rows per warp (glu: R/2 gate + R/2 up). NT: token capacity (>= p.n_tok).
 template <class T, int NT, int R, int U, int KS>
-__global__ void __launch_bounds__(kGemvThreads, NT* R* U <= 4 ? 2 : 1) gemv_kernel(const GemvParams p) {
+__global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * U <= 4 ? 2 : 1)
+    gemv_kernel(const GemvParams p) {
     extern __shared__ __align__(16) uint8_t smem[];
     static_assert(kGemvWarps % KS == 0, "KS must divide the warps of a CTA");
     constexpr int kRowWarps = kGemvWarps / KS;
@@ -849,18 +861,26 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R* U <= 4 ? 2 : 1) gemv_kern
         }
     };
 
+    if (p.debug == 3) {
+        pdl_wait();
+        pdl_trigger();
+        return;
+    }
     int group = static_cast<int>(blockIdx.x), batch = 0;
     set_rows(group);
     load_batch(0);  // weights never depend on earlier kernels: in flight before the PDL wait
     // Prefetch variants: the CTA's next weights into L2 while it waits and runs the prologue.
     if (p.pf_np > 0) gemv_prefetch(p, group, p.pf_groups);
     pdl_wait();  // x, norm inputs, residual and y are written/read by neighbouring kernels
-    if constexpr (T::kQuant)
-        gemv_prologue_quant<NT, T::kNP>(p, smem);
-    else
-        gemv_prologue_float<NT, T::kNP>(p, smem);
+    if (p.debug != 1) {
+        if constexpr (T::kQuant)
+            gemv_prologue_quant<NT, T::kNP>(p, smem);
+        else
+            gemv_prologue_float<NT, T::kNP>(p, smem);
+    }
     __syncthreads();
     pdl_trigger();  // this CTA has read x: the next kernel's CTAs may be scheduled
+    if (p.debug == 2) return;
 
     float acc[R][NT];
 #pragma unroll
@@ -984,6 +1004,8 @@ __global__ void __launch_bounds__(kGemvThreads, NT* R* U <= 4 ? 2 : 1) gemv_kern
 
 // CTAs per SM the grid is sized for: 0 = as many as fit (occupancy); see gemv_set_grid_policy.
 int gemv_grid_ctas_per_sm();
+// GemvParams::debug for every launch (gemv_set_debug_mode).
+int gemv_debug_mode();
 // SMs of the current device (cached per device).
 int gemv_sm_count();
 // L2 bytes of the current device (cached per device).
@@ -1104,6 +1126,7 @@ void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, int pf_mode, s
     const int64_t cap = per_sm * gemv_sm_count();
     const int grid = static_cast<int>(p.n_groups < cap ? p.n_groups : cap);
     gemv_set_prefetch(p, pf_mode, rows_per_group, grid);
+    p.debug = gemv_debug_mode();
     launch_pdl(gemv_kernel<T, NT, R, U, KS>, dim3(grid), dim3(kGemvThreads), smem, stream, p);
 }
 
