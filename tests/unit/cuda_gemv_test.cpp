@@ -16,6 +16,9 @@
 //    SwiGLU: |silu'| <= 1.1, so tol = 1.1 tol_g |v_u| + |silu(g)| tol_u + 8 u |out|; residual:
 //    + 2 u (|out| + |res|).
 // Failures print the worst output (token, row, values, tolerance) and how many outputs failed.
+// Small mode (PELICAN_CUDA_TEST_SMALL=1, for compute-sanitizer): AllTypesPlain takes token counts
+// 1, 3 and 8; EveryVariant and GraphCapturePdlChain the plain variants only (the L2-prefetch ones
+// add hint instructions, no shared memory); PrefetchVariantsGiveSameBits its two short shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +33,7 @@
 #include "backend/cuda/gpu_matrix.h"
 #include "ops/act_quant.h"
 #include "ops/ops.h"
+#include "cuda_test_util.h"
 #include "ops_test_util.h"
 
 namespace pelican {
@@ -323,8 +327,10 @@ int64_t odd_n_in(DType t) { return is_quant(t) ? 4096 + 256 : 1000; }
 TEST(CudaGemv, AllTypesPlain) {
     SKIP_WITHOUT_GPU();
     Rng rng;
+    const std::vector<int> tokens =
+        test::cuda_test_size(std::vector<int>{1, 2, 3, 5, 8}, std::vector<int>{1, 3, 8});
     for (DType t : kTypes) {
-        for (int n_tok : {1, 2, 3, 5, 8}) {
+        for (int n_tok : tokens) {
             Opts o;
             o.n_tok = n_tok;
             o.parts = {37};
@@ -464,8 +470,9 @@ TEST(CudaGemv, GridPolicyGivesSameBits) {
 TEST(CudaGemv, EveryVariant) {
     SKIP_WITHOUT_GPU();
     Rng rng;
+    const int n_var = test::cuda_test_size(cuda::gemv_variant_count(), cuda::gemv_plain_variant_count());
     for (DType t : kTypes)
-        for (int v = 0; v < cuda::gemv_variant_count(); ++v) {
+        for (int v = 0; v < n_var; ++v) {
             const bool q = is_quant(t);
             Opts o;
             o.variant = v;
@@ -529,6 +536,7 @@ TEST(CudaGemv, PrefetchVariantsGiveSameBits) {
             {short_in, 1531, false, 3},
         };
         for (const Shape& s : shapes) {
+            if (test::cuda_test_small() && &s == &shapes[0]) continue;  // the long rows: full mode only
             SCOPED_TRACE(std::string(dtype_name(t)) + " n_in=" + std::to_string(s.n_in) +
                          " n_out=" + std::to_string(s.n_out) + (s.glu ? " glu" : "") +
                          " n_tok=" + std::to_string(s.n_tok));
@@ -613,7 +621,8 @@ TEST(CudaGemv, GraphCapturePdlChain) {
             c.y = dy1.as<float>();
             cuda::gemv(gm, c, s);
         };
-        for (int v = 0; v < cuda::gemv_variant_count(); ++v) {
+        const int n_var = test::cuda_test_size(cuda::gemv_variant_count(), cuda::gemv_plain_variant_count());
+        for (int v = 0; v < n_var; ++v) {
             cuda::gemv_force_variant(v);
             ASSERT_EQ(cudaMemcpy(dy2.get(), y2_0.data(), n * sizeof(float), cudaMemcpyHostToDevice),
                       cudaSuccess);
