@@ -1,0 +1,335 @@
+// Gated DeltaNet kernels (see deltanet.h): the causal depthwise conv + SiLU, and the fused
+// recurrent step (L2 norms, gates, gated delta rule, gated RMSNorm). fp32 arithmetic throughout
+// (the references sum in double; the tests' tolerances cover the difference). This file must not
+// be built with --use_fast_math (expf / log1pf / sqrtf are the accurate versions).
+//
+// PDL (pdl.cuh): both kernels read only weights before pdl_wait(); the conv triggers its
+// dependents right after the wait, the step after it has loaded the state.
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/deltanet.h"
+#include "backend/cuda/pdl.cuh"
+
+namespace pelican::cuda {
+namespace {
+
+// ---- conv1d_silu -------------------------------------------------------------------------------
+//
+// Thread = one channel c over a run of kConvTokens tokens; block = kConvThreads consecutive
+// channels (coalesced row reads); grid = (channel blocks, token runs). A run starting at t0 reads
+// its kernel - 1 inputs of history from xx = concat(state, x) directly, so runs are independent.
+// Only run 0 reads the old state (t0 >= kernel - 1 for every other run, since kConvTokens >= 7),
+// and the thread of run 0 writes the new state of its channel after reading all of the old one:
+// no other thread touches that column of the state.
+
+constexpr int kConvThreads = 128;  // channels per CTA
+constexpr int kConvTokens = 16;    // tokens per thread
+
+template <int K>  // conv kernel width, 2..8
+__global__ void __launch_bounds__(kConvThreads)
+    conv1d_silu_kernel(const float* __restrict__ x, int64_t x_stride, int n_tok, int64_t n_ch,
+                       const float* __restrict__ w, float* state, float* __restrict__ y) {
+    static_assert(K >= 2 && K - 1 <= kConvTokens, "run 0 must be the only reader of the state");
+    constexpr int H = K - 1;  // history rows (state rows)
+    const int64_t c = blockIdx.x * int64_t{kConvThreads} + threadIdx.x;
+    const int t0 = static_cast<int>(blockIdx.y) * kConvTokens;
+    float wr[K];  // w[c, :]: a weight, read before pdl_wait
+#pragma unroll
+    for (int j = 0; j < K; ++j) wr[j] = c < n_ch ? w[c * K + j] : 0.0f;
+    pdl_wait();  // x and state come from earlier kernels
+    pdl_trigger();
+    if (c >= n_ch) return;  // no block barrier below
+
+    // xx(r) = row r of concat(state, x) in channel c, r in [0, H + n_tok).
+    const auto xx = [&](int r) { return r < H ? state[r * n_ch + c] : x[(r - H) * x_stride + c]; };
+    float win[K];  // win[j] = xx(t + j): the window of output token t (win[H] = x[t])
+#pragma unroll
+    for (int j = 0; j < H; ++j) win[j] = xx(t0 + j);
+    const int t1 = min(t0 + kConvTokens, n_tok);
+    for (int t = t0; t < t1; ++t) {
+        win[H] = x[t * x_stride + c];
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < K; ++j) acc = fmaf(wr[j], win[j], acc);
+        y[t * n_ch + c] = acc / (1.0f + expf(-acc));  // silu
+#pragma unroll
+        for (int j = 0; j < H; ++j) win[j] = win[j + 1];
+    }
+    if (blockIdx.y == 0) {  // new state: rows n_tok .. n_tok + H - 1 of xx (old rows read first)
+        float ns[H];
+#pragma unroll
+        for (int r = 0; r < H; ++r) ns[r] = xx(n_tok + r);
+#pragma unroll
+        for (int r = 0; r < H; ++r) state[r * n_ch + c] = ns[r];
+    }
+}
+
+// ---- deltanet_step -----------------------------------------------------------------------------
+//
+// One CTA per value head h; the head's state S [D, D] (row i = key dim, column j = value dim)
+// lives in registers for the whole launch: thread (grp, j) owns rows [32 grp, 32 grp + 32) of
+// column j, so a column is split over G = D / 32 threads (tid = grp * D + j: a warp shares grp
+// and covers 32 consecutive columns, so global loads/stores of S rows are coalesced and the
+// shared q / k reads are broadcasts). D 128: 512 threads, 32 state floats each.
+//
+// Per token (B1..B5 are the block barriers):
+//   threads [0, D) hold q[tid], threads [D, 2D) hold k[tid - D] of key head kh;
+//   sum of squares per warp -> red_qk; B1; normalised q (times 1/sqrt(D)) -> q_s, k -> k_s; B2;
+//   pass 1: partial (S^T k)_j over the thread's 32 rows -> red_u[grp][j]; B3;
+//           u_j = exp(g) * sum_grp red_u  (= (S exp(g))^T k);  d_j = beta (v_j - u_j);
+//   pass 2: S_ij <- S_ij exp(g) + k_i d_j;  partial o_j = sum_i S_ij q_i -> red_o[grp][j]; B4;
+//   group 0: o_j = sum_grp red_o; sum of o^2 per warp -> red_n; B5;
+//           out_j = w_j * (o_j / sqrt(mean(o^2) + eps)) * silu(z_j).
+// Reuse across tokens is safe: each shared array is rewritten at the next token only after at
+// least two barriers following its last read.
+
+// Small heads (D 16, 32: the test fixtures' shapes) use one thread per column (all D rows) and
+// extra threads so that q and k still get one thread per element; the extra threads own no state.
+template <int D>
+struct StepCfg {
+    static constexpr int kGroups = D >= 64 ? D / 32 : 1;  // threads per state column
+    static constexpr int kRows = D / kGroups;             // state rows per thread (32, or D)
+    static constexpr int kOwners = D * kGroups;           // threads owning state: 128 (D 64), 512 (D 128)
+    static constexpr int kThreads = kOwners > 2 * D ? kOwners : 2 * D;  // q and k: one thread per element
+    static constexpr int kSeg = D < 32 ? D : 32;  // lanes per q/k sum-of-squares segment
+    static_assert(D % 16 == 0 && kRows % 4 == 0 && kThreads % 32 == 0 && kThreads <= 1024,
+                  "unsupported head width");
+};
+
+// Sum over aligned segments of `seg` lanes (seg a power of two <= 32).
+template <int seg>
+__device__ __forceinline__ float seg_sum(float v) {
+#pragma unroll
+    for (int o = seg / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <int D>
+__global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(const DeltaNetStepArgs p) {
+    constexpr int G = StepCfg<D>::kGroups, RPT = StepCfg<D>::kRows, SEG = StepCfg<D>::kSeg;
+    constexpr int QKS = D / SEG;  // sum-of-squares segments per vector (q: [0, QKS), k: [QKS, 2 QKS))
+    __shared__ __align__(16) float q_s[D];  // this token's q (L2-normed, times 1/sqrt(D))
+    __shared__ __align__(16) float k_s[D];  // this token's k (L2-normed)
+    __shared__ float red_u[G][D];           // partial S^T k per row group
+    __shared__ float red_o[G][D];           // partial S^T q per row group
+    __shared__ float red_qk[2 * QKS];       // per-segment sums of squares: [0, QKS) q, [QKS, 2 QKS) k
+    __shared__ float red_n[G];              // per-warp sums of o^2 (row group 0's warps)
+
+    const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+    const int j = tid % D;    // state column = value dim = output element
+    const int grp = tid / D;  // row group (>= G: an extra thread of a small head, no state)
+    const bool owns = tid < StepCfg<D>::kOwners;
+    const int h = static_cast<int>(blockIdx.x);
+    const int kh = p.v_tiled ? h % p.n_k_heads : h / (p.n_v_heads / p.n_k_heads);
+    const int64_t key_dim = int64_t{p.n_k_heads} * D, value_dim = int64_t{p.n_v_heads} * D;
+    const int64_t conv_stride = p.conv_stride ? p.conv_stride : 2 * key_dim + value_dim;
+    const int64_t a_stride = p.a_stride ? p.a_stride : p.n_v_heads;
+    const int64_t b_stride = p.b_stride ? p.b_stride : p.n_v_heads;
+    const int64_t z_stride = p.z_stride ? p.z_stride : value_dim;
+    const int64_t out_stride = p.out_stride ? p.out_stride : value_dim;
+    // Columns of a conv_out row: this thread's q or k element (threads < 2D) and its v element.
+    const bool has_qk = tid < 2 * D;
+    const int64_t qk_col = tid < D ? int64_t{kh} * D + tid : key_dim + int64_t{kh} * D + (tid - D);
+    const int64_t v_col = 2 * key_dim + int64_t{h} * D + j;
+    const int64_t hj = int64_t{h} * D + j;  // column in z and out rows
+
+    // Weights (no kernel of the step writes them): read before pdl_wait.
+    const float neg_a = -expf(p.a_log[h]);  // -exp(a_log) = A < 0
+    const float dt_bias = p.dt_bias[h];
+    const float norm_w = p.norm_w[j];
+    const float q_scale = 1.0f / sqrtf(static_cast<float>(D));
+
+    pdl_wait();  // the state, conv_out, a, b, z come from earlier kernels; out is read by later ones
+    float* s_col = p.state + int64_t{h} * D * D + int64_t{grp} * RPT * D + j;  // S[h][RPT grp][j] (owners)
+    float S[RPT];                                                              // S[i] = S[h][RPT grp + i][j]
+#pragma unroll
+    for (int i = 0; i < RPT; ++i) S[i] = owns ? s_col[int64_t{i} * D] : 0.0f;
+    pdl_trigger();
+
+    // This thread's inputs of token t, loaded one token ahead of their use.
+    float n_qk = 0.0f, n_v = 0.0f, n_z = 0.0f, n_a = 0.0f, n_b = 0.0f;
+    const auto load = [&](int t) {
+        const float* row = p.conv_out + t * conv_stride;
+        n_qk = has_qk ? row[qk_col] : 0.0f;
+        n_v = owns ? row[v_col] : 0.0f;
+        n_z = grp == 0 ? p.z[t * z_stride + hj] : 0.0f;
+        n_a = p.a[t * a_stride + h];
+        n_b = p.b[t * b_stride + h];
+    };
+    load(0);
+
+    for (int t = 0; t < p.n_tok; ++t) {
+        const float x_qk = n_qk, x_v = n_v, x_z = n_z, x_a = n_a, x_b = n_b;
+        if (t + 1 < p.n_tok) load(t + 1);
+
+        // Gates (every thread computes the same two scalars): softplus as the reference
+        // (x itself above 20), decay = exp(g) in (0, 1].
+        const float beta = 1.0f / (1.0f + expf(-x_b));
+        const float sp_in = x_a + dt_bias;
+        const float g = neg_a * (sp_in > 20.0f ? sp_in : log1pf(expf(sp_in)));
+        const float decay = expf(g);
+
+        // L2 norms of q and k.
+        const float ss = seg_sum<SEG>(x_qk * x_qk);
+        if (lane % SEG == 0 && tid < 2 * D) red_qk[tid / SEG] = ss;
+        __syncthreads();  // B1
+        if (has_qk) {
+            const int base = tid < D ? 0 : QKS;
+            float tot = 0.0f;
+#pragma unroll
+            for (int w = 0; w < QKS; ++w) tot += red_qk[base + w];
+            const float inv = 1.0f / sqrtf(tot + 1e-6f);
+            if (tid < D)
+                q_s[tid] = x_qk * inv * q_scale;
+            else
+                k_s[tid - D] = x_qk * inv;
+        }
+        __syncthreads();  // B2
+
+        // Pass 1: partial (S_old^T k)_j over this thread's rows (4 accumulators).
+        const float* kr = k_s + grp * RPT;
+        const float* qr = q_s + grp * RPT;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < RPT; i += 4) {
+            const float4 k4 = *reinterpret_cast<const float4*>(kr + i);
+            acc[0] = fmaf(S[i], k4.x, acc[0]);
+            acc[1] = fmaf(S[i + 1], k4.y, acc[1]);
+            acc[2] = fmaf(S[i + 2], k4.z, acc[2]);
+            acc[3] = fmaf(S[i + 3], k4.w, acc[3]);
+        }
+        if (owns) red_u[grp][j] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        __syncthreads();  // B3
+        float sk = 0.0f;
+#pragma unroll
+        for (int r = 0; r < G; ++r) sk += red_u[r][j];  // (extra threads: unused)
+        const float delta = beta * (x_v - decay * sk);  // d_j = beta (v_j - u_j)
+
+        // Pass 2: S <- S decay + k d^T; partial o_j = (S_new^T q)_j.
+        acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RPT; i += 4) {
+            const float4 k4 = *reinterpret_cast<const float4*>(kr + i);
+            const float4 q4 = *reinterpret_cast<const float4*>(qr + i);
+            S[i] = fmaf(k4.x, delta, S[i] * decay);
+            S[i + 1] = fmaf(k4.y, delta, S[i + 1] * decay);
+            S[i + 2] = fmaf(k4.z, delta, S[i + 2] * decay);
+            S[i + 3] = fmaf(k4.w, delta, S[i + 3] * decay);
+            acc[0] = fmaf(S[i], q4.x, acc[0]);
+            acc[1] = fmaf(S[i + 1], q4.y, acc[1]);
+            acc[2] = fmaf(S[i + 2], q4.z, acc[2]);
+            acc[3] = fmaf(S[i + 3], q4.w, acc[3]);
+        }
+        if (owns) red_o[grp][j] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        __syncthreads();  // B4
+
+        // Gated RMSNorm over the head's D outputs (row group 0 = warps [0, G)).
+        float o = 0.0f;
+        if (grp == 0) {
+#pragma unroll
+            for (int r = 0; r < G; ++r) o += red_o[r][j];
+        }
+        const float oo = warp_sum(o * o);
+        if (lane == 0 && warp < G) red_n[warp] = oo;
+        __syncthreads();  // B5
+        if (grp == 0) {
+            float tot = 0.0f;
+#pragma unroll
+            for (int w = 0; w < G; ++w) tot += red_n[w];
+            const float inv = 1.0f / sqrtf(tot / static_cast<float>(D) + p.eps);
+            const float silu_z = x_z / (1.0f + expf(-x_z));
+            p.out[t * out_stride + hj] = norm_w * (o * inv) * silu_z;
+        }
+    }
+
+    if (owns) {
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) s_col[int64_t{i} * D] = S[i];
+    }
+}
+
+[[noreturn]] void bad_args(const char* op, const char* what) {
+    std::fprintf(stderr, "pelican: cuda::%s: %s\n", op, what);
+    std::abort();
+}
+
+template <int K>
+void launch_conv(dim3 grid, const float* x, int64_t x_stride, int n_tok, int64_t n_ch, const float* w,
+                 float* state, float* y, cudaStream_t stream) {
+    launch_pdl(conv1d_silu_kernel<K>, grid, dim3(kConvThreads), 0, stream, x, x_stride, n_tok, n_ch, w, state,
+               y);
+}
+
+}  // namespace
+
+void conv1d_silu(const float* x, int64_t x_stride, int n_tok, int64_t n_ch, int kernel, const float* w,
+                 float* state, float* y, cudaStream_t stream) {
+    if (n_tok <= 0 || n_ch <= 0) return;
+    if (!x || !w || !state || !y) bad_args("conv1d_silu", "null pointer");
+    if (x_stride < n_ch) bad_args("conv1d_silu", "x_stride < n_ch");
+    const int64_t runs = (int64_t{n_tok} + kConvTokens - 1) / kConvTokens;
+    const int64_t blocks = (n_ch + kConvThreads - 1) / kConvThreads;
+    if (runs > 65535 || blocks > 0x7fffffff) bad_args("conv1d_silu", "too many tokens or channels");
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(runs));
+    switch (kernel) {
+        case 2:
+            return launch_conv<2>(grid, x, x_stride, n_tok, n_ch, w, state, y, stream);
+        case 3:
+            return launch_conv<3>(grid, x, x_stride, n_tok, n_ch, w, state, y, stream);
+        case 4:
+            return launch_conv<4>(grid, x, x_stride, n_tok, n_ch, w, state, y, stream);
+        case 5:
+            return launch_conv<5>(grid, x, x_stride, n_tok, n_ch, w, state, y, stream);
+        case 6:
+            return launch_conv<6>(grid, x, x_stride, n_tok, n_ch, w, state, y, stream);
+        case 7:
+            return launch_conv<7>(grid, x, x_stride, n_tok, n_ch, w, state, y, stream);
+        case 8:
+            return launch_conv<8>(grid, x, x_stride, n_tok, n_ch, w, state, y, stream);
+        default:
+            std::fprintf(stderr, "pelican: cuda::conv1d_silu: kernel width %d not supported (2..8)\n",
+                         kernel);
+            std::abort();
+    }
+}
+
+void deltanet_step(const DeltaNetStepArgs& a, cudaStream_t stream) {
+    if (a.n_tok <= 0) return;
+    if (a.n_k_heads <= 0 || a.n_v_heads <= 0 || a.n_v_heads % a.n_k_heads != 0)
+        bad_args("deltanet_step", "n_v_heads must be a positive multiple of n_k_heads");
+    if (a.d_k != a.d_v || (a.d_k != 16 && a.d_k != 32 && a.d_k != 64 && a.d_k != 128)) {
+        std::fprintf(stderr,
+                     "pelican: cuda::deltanet_step: head widths d_k %d, d_v %d not supported "
+                     "(d_k == d_v, 16, 32, 64 or 128)\n",
+                     a.d_k, a.d_v);
+        std::abort();
+    }
+    if (!a.conv_out || !a.a || !a.b || !a.z || !a.a_log || !a.dt_bias || !a.norm_w || !a.state || !a.out)
+        bad_args("deltanet_step", "null pointer");
+    const int64_t key_dim = int64_t{a.n_k_heads} * a.d_k, value_dim = int64_t{a.n_v_heads} * a.d_v;
+    if ((a.conv_stride && a.conv_stride < 2 * key_dim + value_dim) ||
+        (a.a_stride && a.a_stride < a.n_v_heads) || (a.b_stride && a.b_stride < a.n_v_heads) ||
+        (a.z_stride && a.z_stride < value_dim) || (a.out_stride && a.out_stride < value_dim))
+        bad_args("deltanet_step", "a row stride is shorter than its row");
+    const dim3 grid(static_cast<unsigned>(a.n_v_heads));
+    switch (a.d_k) {
+        case 16:
+            return launch_pdl(deltanet_step_kernel<16>, grid, dim3(StepCfg<16>::kThreads), 0, stream, a);
+        case 32:
+            return launch_pdl(deltanet_step_kernel<32>, grid, dim3(StepCfg<32>::kThreads), 0, stream, a);
+        case 64:
+            return launch_pdl(deltanet_step_kernel<64>, grid, dim3(StepCfg<64>::kThreads), 0, stream, a);
+        default:
+            return launch_pdl(deltanet_step_kernel<128>, grid, dim3(StepCfg<128>::kThreads), 0, stream, a);
+    }
+}
+
+}  // namespace pelican::cuda

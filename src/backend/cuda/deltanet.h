@@ -1,0 +1,69 @@
+// The Gated DeltaNet mixer of the Qwen3.5 / Qwen3-Next hybrid layers on the GPU (host-includable,
+// fmt-free): the causal depthwise conv + SiLU with its rolling state, and one fused kernel for
+// the L2 norms, the decay / beta gates, the gated delta rule over a run of tokens and the gated
+// RMSNorm. Same functions as the scalar references in ops/ops_qwen35.h (ref::causal_conv1d_silu,
+// ref::l2norm, ref::deltanet_gates, ref::gated_delta_rule_recurrent, ref::rms_norm_gated), in fp32.
+// Both launches are graph-capturable (no allocation, no host sync) and use programmatic dependent
+// launch (pdl.cuh). Bad arguments abort with a message (internal invariants, not user input).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace pelican::cuda {
+
+// Exactly ref::causal_conv1d_silu, with a row stride on x:
+//   x [n_tok rows, x_stride floats apart; the first n_ch columns used], w [n_ch, kernel],
+//   state [kernel - 1, n_ch] (the previous inputs, oldest first; updated in place to the last
+//   kernel - 1 rows of concat(state, x)), y [n_tok, n_ch] contiguous:
+//   y[t, c] = silu(sum_{j < kernel} w[c, j] * xx[t + j, c]),  xx = concat(state, x) along time.
+// kernel in 2..8. y must not overlap x or state. All pointers device. n_tok 0: nothing happens.
+void conv1d_silu(const float* x, int64_t x_stride, int n_tok, int64_t n_ch, int kernel, const float* w,
+                 float* state, float* y, cudaStream_t stream);
+
+// One Gated DeltaNet step over n_tok tokens of one sequence (decode: 1; a prefill chunk: up to a
+// few thousand), after the conv. Per token t and value head h, with kh the key head of h
+// (v_tiled ? h % n_k_heads : h / (n_v_heads / n_k_heads), as DeltaNetShape::key_head):
+//   q, k = conv_out[t] columns of key head kh, L2-normed (x / sqrt(sum x^2 + 1e-6)); q *= 1/sqrt(d_k)
+//   v    = conv_out[t] columns of value head h
+//   beta = sigmoid(b[t, h]);  g = -exp(a_log[h]) * softplus(a[t, h] + dt_bias[h])
+//   S <- S exp(g);  d = beta (v - S^T k);  S <- S + k d^T;  o = S^T q      (S = state[h] [d_k, d_v])
+//   out[t, h * d_v + j] = norm_w[j] * o_j / sqrt(mean(o^2) + eps) * silu(z[t, h * d_v + j])
+// fp32 throughout; the state is read once at the start and written once at the end.
+// Supported head widths: d_k == d_v, 16, 32, 64 or 128 (others abort).
+struct DeltaNetStepArgs {
+    int n_tok = 1;
+    int n_k_heads = 0;  // query/key heads (divides n_v_heads)
+    int n_v_heads = 0;  // value heads (one CTA each)
+    int d_k = 0, d_v = 0;
+    bool v_tiled = false;  // value-head order: false = grouped by key head (HF), true = tiled (GGUF)
+
+    // conv_out [n_tok rows, conv_stride floats apart]: columns [Q (n_k_heads * d_k) | K (n_k_heads
+    // * d_k) | V (n_v_heads * d_v)] (conv1d_silu's y). conv_stride 0 = that width (conv_dim).
+    const float* conv_out = nullptr;
+    int64_t conv_stride = 0;
+    // a, b: [n_tok rows] of n_v_heads values (element (t, h) at t * stride + h); stride 0 = n_v_heads.
+    // They may be columns of one wider row buffer (a stacked projection's output).
+    const float* a = nullptr;
+    int64_t a_stride = 0;
+    const float* b = nullptr;
+    int64_t b_stride = 0;
+    // z: [n_tok rows] of n_v_heads * d_v gate values (t * z_stride + h * d_v + j); stride 0 = value_dim.
+    const float* z = nullptr;
+    int64_t z_stride = 0;
+
+    const float* a_log = nullptr;    // [n_v_heads] (A = -exp(a_log))
+    const float* dt_bias = nullptr;  // [n_v_heads]
+    const float* norm_w = nullptr;   // [d_v] RMSNormGated weight (plain, not 1 + w)
+    float eps = 1e-6f;               // RMSNormGated epsilon
+
+    float* state = nullptr;  // [n_v_heads, d_k, d_v] fp32, in/out (S[h][i][j] at (h * d_k + i) * d_v + j)
+    // out [n_tok rows, out_stride floats apart] of n_v_heads * d_v values; out_stride 0 = value_dim.
+    // Must not overlap any input or the state.
+    float* out = nullptr;
+    int64_t out_stride = 0;
+};
+void deltanet_step(const DeltaNetStepArgs& args, cudaStream_t stream);
+
+}  // namespace pelican::cuda
