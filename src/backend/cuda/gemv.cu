@@ -122,8 +122,24 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
     if (a.glu && m.n_out % 2 != 0) gemv_fail("glu needs an even n_out ([gate; up] stacked)");
     GemvLayout l;
     if (!gemv_layout(m.type, m.n_in, &l)) gemv_fail("unsupported weight type");
+    const bool expert = a.n_expert_slots != 0;
+    if (expert) {
+        if (a.n_expert_slots < 0 || a.n_expert_slots > 65535) gemv_fail("n_expert_slots must be 0 .. 65535");
+        if (a.expert_ids == nullptr) gemv_fail("expert slots need expert_ids");
+        if (a.n_tok != 1) gemv_fail("expert slots need n_tok = 1");
+        if (a.bias != nullptr) gemv_fail("expert slots take no bias");
+        if (a.expert_rows <= 0 || m.n_out % a.expert_rows != 0)
+            gemv_fail("expert_rows must divide n_out (experts stacked)");
+        if (a.glu && a.expert_rows % 2 != 0)
+            gemv_fail("glu needs an even expert_rows ([gate; up] per expert)");
+        if (a.x_slot_div < 1) gemv_fail("x_slot_div must be >= 1");
+        if (a.x_slot_stride < 0 || a.y_slot_stride < 0) gemv_fail("negative slot stride");
+    }
 
-    const int64_t width = a.glu ? m.n_out / 2 : m.n_out;
+    const int64_t rows = expert ? a.expert_rows : m.n_out;  // weight rows one output row set spans
+    const int64_t width = a.glu ? rows / 2 : rows;
+    if (expert && a.n_expert_slots > 1 && a.y_slot_stride != 0 && a.y_slot_stride < width)
+        gemv_fail("y_slot_stride below the output width (slots would overlap)");
     GemvParams p;
     p.w = static_cast<const uint8_t*>(m.data);
     p.w_bytes = m.bytes;
@@ -138,7 +154,8 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
     p.n_slots = static_cast<int>(width);
     p.n_half = a.glu ? static_cast<int>(width) : 0;
     p.x_stride = a.x_stride ? a.x_stride : m.n_in;
-    p.x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && p.x_stride % 4 == 0;
+    p.x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && p.x_stride % 4 == 0 &&
+              (!expert || a.x_slot_stride % 4 == 0);
     p.norm_w = a.norm_w;
     p.norm_vec = reinterpret_cast<uintptr_t>(a.norm_w) % 16 == 0;
     p.norm_eps = a.norm_eps;
@@ -146,6 +163,15 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
     p.bias = a.bias;
     p.scale = a.scale;
     p.y_stride = a.y_stride ? a.y_stride : width;
+    if (expert) {
+        p.expert_ids = a.expert_ids;
+        p.n_expert_slots = a.n_expert_slots;
+        p.n_experts = static_cast<int>(std::min<int64_t>(m.n_out / a.expert_rows, INT32_MAX));
+        p.expert_rows = a.expert_rows;
+        p.x_slot_stride = a.x_slot_stride;
+        p.x_slot_div = a.x_slot_div;
+        p.y_slot_stride = a.y_slot_stride ? a.y_slot_stride : width;
+    }
 
     const bool quant = gemv_quantized(m.type);
     const int64_t tok_bytes = gemv_token_smem(m.type, m.n_in);
@@ -205,6 +231,7 @@ std::atomic<int> g_forced_variant{-1};
 // Built-in guess (untuned): glu (two rows per unit already) r1u4k1; long rows r1u8k2 (16
 // chunks of 32 units per batch over two warps); short rows r4u1k4 (4 rows x 1 unit per lane,
 // a row split over 4 warps). Grid policy: occupancy.
+// Expert slots: the same guess (per expert the rows are fewer, the row length the same).
 int gemv_default_variant(const GpuMatrix& m, const GemvArgs& a) {
     if (a.n_tok > 1 || a.glu) return 0;
     GemvLayout l;
@@ -264,6 +291,7 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
         for (int v = 0; v < nv; ++v) times[v] = -1.0f;
     if (const char* e = std::getenv("PELICAN_GEMV_AUTOTUNE"); e && e[0] == '0') return;
     if (m.data == nullptr || m.n_out <= 0 || ex.n_tok < 1 || ex.n_tok > kMaxGemvTokens) return;
+    if (ex.n_expert_slots != 0) return;  // expert slots: not tuned (the built-in guess)
     if (ex.glu && m.n_out % 2 != 0) return;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;

@@ -41,6 +41,24 @@ struct GemvArgs {
 
     float* y = nullptr;    // [n_tok, n_out or n_out/2] fp32 device, rows y_stride floats apart
     int64_t y_stride = 0;  // 0 = output width
+
+    // Expert slots (MoE; off while n_expert_slots == 0). W holds n_expert = n_out / expert_rows
+    // experts stacked: expert e's rows at e * expert_rows .. (e + 1) * expert_rows - 1 (with glu,
+    // each expert's block is [gate; up], n_half = expert_rows / 2 inside the block). For every
+    // slot s < n_expert_slots the call computes, with the options above (norm, scale, glu,
+    // residual; no bias), y_s = W_{expert_ids[s]} x_s for one token (n_tok must be 1), where
+    //   x_s = x + (s / x_slot_div) * x_slot_stride       (x_slot_stride 0: every slot reads x),
+    //   y_s = y + s * y_slot_stride, residual_s = residual + s * y_slot_stride.
+    // Decode gate/up (k experts of one token): x_slot_stride 0, y_slot_stride n_ff; down:
+    // x_slot_stride n_ff, y_slot_stride n_embd. Prefill (slot = t * k + j): x_slot_div k. The
+    // ids are read on the GPU after the PDL wait (the router kernel may write them just before);
+    // an id outside [0, n_expert) reads expert 0 instead (no access outside W).
+    const int32_t* expert_ids = nullptr;  // [n_expert_slots] device
+    int n_expert_slots = 0;               // 0 (off) or 1 .. 65535
+    int64_t expert_rows = 0;              // weight rows per expert (glu: gate + up rows)
+    int64_t x_slot_stride = 0;            // floats
+    int x_slot_div = 1;                   // slots per x row (>= 1)
+    int64_t y_slot_stride = 0;            // floats; 0 = output width (dense slots)
 };
 
 // Launches the GEMV (graph-capturable: no allocation, no host synchronisation). x, norm_w, bias
@@ -75,6 +93,8 @@ int gemv_variant_for(const GpuMatrix& m, const GemvArgs& a);
 // Forces every later gemv() onto one variant (tests, benchmarks); -1 restores the normal choice.
 void gemv_force_variant(int variant);
 
+// Expert-slot calls (GemvArgs::n_expert_slots > 0) are not tuned: gemv_autotune returns at once
+// for them (they use the forced variant, else m.gemv_variant, else the built-in guess).
 // Times every variant on this matrix (cudaEvents: a few warm-up and timed calls each, a few ms)
 // for the call shape of shape_example and stores the fastest in m.gemv_variant. Only the shape
 // flags of shape_example are used (n_tok, glu, whether norm_w / bias / residual are set, scale,

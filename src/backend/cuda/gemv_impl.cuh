@@ -174,6 +174,18 @@ struct GemvParams {
     int pf_groups = 0;     // window of groups (>= 1), starting at the CTA's current group
     bool pf_line = false;  // prefetch.global.L2 per 128-byte line, else cp.async.bulk.prefetch.L2
     bool pf_roll = false;  // on entering each later group, hint the group that ends the window
+    // Expert slots (GemvArgs::n_expert_slots; 0 = off). The CTAs of blockIdx.y = slot compute
+    // slot's rows: weight rows from expert_ids[slot] * expert_rows (the ids are read after the
+    // PDL wait; ids outside [0, n_experts) read expert 0), activations from
+    // x + (slot / x_slot_div) * x_slot_stride, outputs (and residual) at + slot * y_slot_stride.
+    // n_slots / n_half above are per expert. No L2 prefetch in this mode (pf_np = 0).
+    const int32_t* expert_ids = nullptr;
+    int n_expert_slots = 0;
+    int n_experts = 0;
+    int64_t expert_rows = 0;
+    int64_t x_slot_stride = 0;
+    int x_slot_div = 1;
+    int64_t y_slot_stride = 0;
     // Benchmarks only (gemv_set_debug_mode): 0 normal; 1 skip the activation prologue; 2 skip the
     // weight loop (prologue only); 3 empty kernel (PDL wait and trigger). Modes 1-3 give wrong y.
     int debug = 0;
@@ -554,9 +566,10 @@ struct TraitQ6_K {
 
 // ---- prologue ----------------------------------------------------------------------------------
 
-// rstd[t] = 1 / sqrt(mean(x_t^2) + eps) for t < n_tok (1 when there is no norm).
+// rstd[t] = 1 / sqrt(mean(x_t^2) + eps) for t < n_tok (1 when there is no norm). x: the CTA's
+// activations (p.x, or its expert slot's rows).
 template <int NT>
-__device__ void gemv_rstd(const GemvParams& p, float (&rstd)[NT]) {
+__device__ void gemv_rstd(const GemvParams& p, const float* x, float (&rstd)[NT]) {
     __shared__ float part[kGemvWarps][NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) rstd[t] = 1.0f;
@@ -567,7 +580,7 @@ __device__ void gemv_rstd(const GemvParams& p, float (&rstd)[NT]) {
     for (int t = 0; t < NT; ++t) {
         ss[t] = 0.0f;
         if (t < p.n_tok) {
-            const float* row = p.x + t * p.x_stride;
+            const float* row = x + t * p.x_stride;
             for (int f0 = threadIdx.x; f0 < nf; f0 += 4 * kGemvThreads) {
                 float4 v[4];  // four loads in flight per thread
 #pragma unroll
@@ -600,9 +613,10 @@ __device__ void gemv_rstd(const GemvParams& p, float (&rstd)[NT]) {
 
 // x'[t][4f .. 4f+3] (normed), zeros past n_in and for t >= n_tok.
 template <int NT>
-__device__ __forceinline__ float4 gemv_x4(const GemvParams& p, const float (&rstd)[NT], int t, int f) {
+__device__ __forceinline__ float4 gemv_x4(const GemvParams& p, const float* x, const float (&rstd)[NT], int t,
+                                          int f) {
     if (t >= p.n_tok) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float4 v = load_x4(p.x + t * p.x_stride, f, p.n_in, p.x_vec);
+    float4 v = load_x4(x + t * p.x_stride, f, p.n_in, p.x_vec);
     if (p.norm_w != nullptr) {
         float4 w = load_x4(p.norm_w, f, p.n_in, p.norm_vec);
         if (p.norm_one_plus) {
@@ -622,9 +636,9 @@ __device__ __forceinline__ float4 gemv_x4(const GemvParams& p, const float (&rst
 
 // Float weights: fp32 x' into shared memory (planes per the header comment).
 template <int NT, int kNP>
-__device__ void gemv_prologue_float(const GemvParams& p, uint8_t* smem) {
+__device__ void gemv_prologue_float(const GemvParams& p, const float* x, uint8_t* smem) {
     float rstd[NT];
-    gemv_rstd<NT>(p, rstd);
+    gemv_rstd<NT>(p, x, rstd);
     const int nf = p.n_in_pad / 4;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -634,7 +648,7 @@ __device__ void gemv_prologue_float(const GemvParams& p, uint8_t* smem) {
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
                 const int f = f0 + k * kGemvThreads;
-                v[k] = f < nf ? gemv_x4<NT>(p, rstd, t, f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                v[k] = f < nf ? gemv_x4<NT>(p, x, rstd, t, f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
@@ -684,7 +698,7 @@ __device__ __forceinline__ void quantize4(const GemvParams& p, uint8_t* xt, floa
 // loaded once into registers, the sum of squares reduced, then normalised and quantized from the
 // registers (one global round trip instead of two). Same arithmetic as gemv_rstd + gemv_x4.
 template <int kNP>
-__device__ void gemv_prologue_quant_short(const GemvParams& p, uint8_t* smem) {
+__device__ void gemv_prologue_quant_short(const GemvParams& p, const float* x, uint8_t* smem) {
     __shared__ float part[kGemvWarps];
     const int nf = p.n_in / 4;
     float4 v[4], nw[4];
@@ -692,7 +706,7 @@ __device__ void gemv_prologue_quant_short(const GemvParams& p, uint8_t* smem) {
     for (int k = 0; k < 4; ++k) {
         const int f = k * kGemvThreads + static_cast<int>(threadIdx.x);
         const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        v[k] = f < nf ? load_x4(p.x, f, p.n_in, p.x_vec) : z;
+        v[k] = f < nf ? load_x4(x, f, p.n_in, p.x_vec) : z;
         nw[k] = (p.norm_w != nullptr && f < nf) ? load_x4(p.norm_w, f, p.n_in, p.norm_vec) : z;
     }
     if (p.norm_w != nullptr) {
@@ -731,16 +745,16 @@ __device__ void gemv_prologue_quant_short(const GemvParams& p, uint8_t* smem) {
 }
 
 template <int NT, int kNP>
-__device__ void gemv_prologue_quant(const GemvParams& p, uint8_t* smem) {
+__device__ void gemv_prologue_quant(const GemvParams& p, const float* x, uint8_t* smem) {
     const int nf = p.n_in / 4;  // a multiple of 8
     if constexpr (NT == 1) {
         if (nf <= 4 * kGemvThreads) {
-            gemv_prologue_quant_short<kNP>(p, smem);
+            gemv_prologue_quant_short<kNP>(p, x, smem);
             return;
         }
     }
     float rstd[NT];
-    gemv_rstd<NT>(p, rstd);
+    gemv_rstd<NT>(p, x, rstd);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         uint8_t* xt = smem + t * p.tok_bytes;
@@ -749,7 +763,7 @@ __device__ void gemv_prologue_quant(const GemvParams& p, uint8_t* smem) {
 #pragma unroll
             for (int k = 0; k < 8; ++k) {
                 const int f = f0 + k * kGemvThreads + static_cast<int>(threadIdx.x);
-                v[k] = f < nf ? gemv_x4<NT>(p, rstd, t, f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                v[k] = f < nf ? gemv_x4<NT>(p, x, rstd, t, f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
             for (int k = 0; k < 8; ++k) {
@@ -813,8 +827,10 @@ struct GemvUnits {
     static constexpr int v = U4 * T::kBatch / 4 > 0 ? U4* T::kBatch / 4 : 1;
 };
 
-// R: weight rows per warp (glu: R/2 gate + R/2 up). NT: token capacity (>= p.n_tok).
-template <class T, int NT, int R, int U, int KS>
+// R: weight rows per warp (glu: R/2 gate + R/2 up). NT: token capacity (>= p.n_tok). E: the
+// expert-slot kernel (NT = 1; p.n_expert_slots > 0), a separate instantiation so that the plain
+// kernels carry none of its state.
+template <class T, int NT, int R, int U, int KS, bool E>
 __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * U <= 4 ? 2 : 1)
     gemv_kernel(const GemvParams p) {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -827,7 +843,15 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
     const int n_chunks = (p.n_units + 31) / 32;
     const int n_batches = (n_chunks + U * KS - 1) / (U * KS);
 
-    int64_t rows[R];
+    // Expert slots (E): the weight rows of this CTA's expert start at row_base (set after the PDL
+    // wait); x_e, y_e and res_e are this slot's x, y and residual. Otherwise row_base = 0 and the
+    // kernel uses p's pointers.
+    static_assert(!E || NT == 1, "expert slots take one token");
+    int64_t row_base = 0;
+    const float* x_e = nullptr;
+    float* y_e = nullptr;
+    const float* res_e = nullptr;
+    int64_t rows[R];  // weight rows (row_base included)
     bool valid[R];
     auto set_rows = [&](int group) {
         const int wg = group * kRowWarps + rw;
@@ -842,7 +866,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
                 }
             }
             valid[s] = i < p.n_slots;
-            rows[s] = row;
+            rows[s] = row + row_base;
         }
     };
     auto unit_of = [&](int batch, int j) { return ((batch * U + j) * KS + ks) * 32 + lane; };
@@ -867,16 +891,31 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
         return;
     }
     int group = static_cast<int>(blockIdx.x), batch = 0;
+    if constexpr (E) {
+        // The expert ids come from the router kernel: wait before reading them, so here the
+        // weight rows (and their loads) follow the wait.
+        pdl_wait();
+        const int slot = static_cast<int>(blockIdx.y);
+        int e = p.expert_ids[slot];
+        if (e < 0 || e >= p.n_experts) e = 0;
+        row_base = static_cast<int64_t>(e) * p.expert_rows;
+        x_e = p.x + static_cast<int64_t>(slot / p.x_slot_div) * p.x_slot_stride;
+        y_e = p.y + static_cast<int64_t>(slot) * p.y_slot_stride;
+        res_e = p.residual ? p.residual + static_cast<int64_t>(slot) * p.y_slot_stride : nullptr;
+    }
     set_rows(group);
-    load_batch(0);  // weights never depend on earlier kernels: in flight before the PDL wait
+    load_batch(0);  // weights never depend on earlier kernels: in flight before the PDL wait (not
+                    // in expert mode, where the rows depend on the ids)
     // Prefetch variants: the CTA's next weights into L2 while it waits and runs the prologue.
-    if (p.pf_np > 0) gemv_prefetch(p, group, p.pf_groups);
-    pdl_wait();  // x, norm inputs, residual and y are written/read by neighbouring kernels
+    if constexpr (!E) {
+        if (p.pf_np > 0) gemv_prefetch(p, group, p.pf_groups);
+        pdl_wait();  // x, norm inputs, residual and y are written/read by neighbouring kernels
+    }
     if (p.debug != 1) {
         if constexpr (T::kQuant)
-            gemv_prologue_quant<NT, T::kNP>(p, smem);
+            gemv_prologue_quant<NT, T::kNP>(p, E ? x_e : p.x, smem);
         else
-            gemv_prologue_float<NT, T::kNP>(p, smem);
+            gemv_prologue_float<NT, T::kNP>(p, E ? x_e : p.x, smem);
     }
     __syncthreads();
     pdl_trigger();  // this CTA has read x: the next kernel's CTAs may be scheduled
@@ -922,7 +961,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
             if (next_group != group) set_rows(next_group);
             load_batch(next_batch);
             // Rolling prefetch: entering a new group, hint the last group of the window.
-            if (p.pf_roll && next_group != group)
+            if (!E && p.pf_roll && next_group != group)
                 gemv_prefetch(p, next_group + (p.pf_groups - 1) * static_cast<int>(gridDim.x), 1);
         }
         if (next_batch == 0) {  // the group is complete: reduce over lanes (and warps), epilogue
@@ -958,12 +997,14 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
 #pragma unroll
                     for (int t = 0; t < NT; ++t) {
                         if (lane == ((s * NT + t) & 31) && keep_valid[s] && t < p.n_tok) {
-                            const int64_t o = keep_rows[s];
+                            float* const y = E ? y_e : p.y;
+                            const float* const residual = E ? res_e : p.residual;
+                            const int64_t o = keep_rows[s] - row_base;
                             float v = acc[s][t];
                             if (p.bias) v += __ldg(p.bias + o);
                             v *= p.scale;
-                            if (p.residual) v += p.residual[t * p.y_stride + o];
-                            p.y[t * p.y_stride + o] = v;
+                            if (residual) v += residual[t * p.y_stride + o];
+                            y[t * p.y_stride + o] = v;
                         }
                     }
             } else if constexpr (H > 0) {
@@ -973,7 +1014,9 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
 #pragma unroll
                         for (int t = 0; t < NT; ++t) {
                             if (lane == ((s * NT + t) & 31) && keep_valid[s] && t < p.n_tok) {
-                                const int64_t og = keep_rows[s], ou = keep_rows[s + H];
+                                float* const y = E ? y_e : p.y;
+                                const float* const residual = E ? res_e : p.residual;
+                                const int64_t og = keep_rows[s] - row_base, ou = keep_rows[s + H] - row_base;
                                 float g = acc[s][t], v = acc[s + H][t];
                                 if (p.bias) {
                                     g += __ldg(p.bias + og);
@@ -982,8 +1025,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
                                 g *= p.scale;
                                 v *= p.scale;
                                 float out = g / (1.0f + expf(-g)) * v;
-                                if (p.residual) out += p.residual[t * p.y_stride + og];
-                                p.y[t * p.y_stride + og] = out;
+                                if (residual) out += residual[t * p.y_stride + og];
+                                y[t * p.y_stride + og] = out;
                             }
                         }
                 }
@@ -1083,7 +1126,7 @@ inline void gemv_set_prefetch(GemvParams& p, int mode, int slots_per_group, int 
 }
 
 // Register count and static shared memory of one kernel instantiation.
-template <class T, int NT, int R, int U, int KS>
+template <class T, int NT, int R, int U, int KS, bool E>
 struct GemvKernelInfo {
     static inline int regs = 0, static_smem = 0;
 };
@@ -1091,43 +1134,52 @@ struct GemvKernelInfo {
 // Raises the kernel's dynamic shared-memory limit on the current device (once per device; a race
 // only repeats the idempotent call) and records its resource use. upload_matrix calls it through
 // gemv_prepare_*, so that gemv inside a graph capture makes no attribute call.
-template <class T, int NT, int R, int U, int KS>
+template <class T, int NT, int R, int U, int KS, bool E>
 void gemv_kernel_attr(int dev) {
     static uint64_t done = 0;  // bit per device
     if (dev >= 64 || !(__atomic_load_n(&done, __ATOMIC_ACQUIRE) >> dev & 1u)) {
-        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, NT, R, U, KS>,
+        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, NT, R, U, KS, E>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvMaxSmem));
         cudaFuncAttributes fa{};
-        PELICAN_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemv_kernel<T, NT, R, U, KS>));
-        __atomic_store_n(&GemvKernelInfo<T, NT, R, U, KS>::static_smem, static_cast<int>(fa.sharedSizeBytes),
-                         __ATOMIC_RELAXED);
-        __atomic_store_n(&GemvKernelInfo<T, NT, R, U, KS>::regs, fa.numRegs, __ATOMIC_RELEASE);
+        PELICAN_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemv_kernel<T, NT, R, U, KS, E>));
+        __atomic_store_n(&GemvKernelInfo<T, NT, R, U, KS, E>::static_smem,
+                         static_cast<int>(fa.sharedSizeBytes), __ATOMIC_RELAXED);
+        __atomic_store_n(&GemvKernelInfo<T, NT, R, U, KS, E>::regs, fa.numRegs, __ATOMIC_RELEASE);
         if (dev < 64) __atomic_fetch_or(&done, uint64_t{1} << dev, __ATOMIC_RELEASE);
     }
 }
 
 // rows_per_warp: output rows (glu: gate rows) per warp; policy: CTAs per SM (0 = occupancy),
-// overridden by gemv_set_grid_policy when that is set.
-template <class T, int NT, int R, int U, int KS>
+// overridden by gemv_set_grid_policy when that is set. Expert slots: gridDim.y = the slots, and
+// gridDim.x = min(the slot's row groups, max(1, floor(resident CTAs / slots))); no L2 prefetch.
+template <class T, int NT, int R, int U, int KS, bool E = false>
 void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, int pf_mode, size_t smem,
                  cudaStream_t stream) {
     int dev = 0;
     PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
-    gemv_kernel_attr<T, NT, R, U, KS>(dev);
+    gemv_kernel_attr<T, NT, R, U, KS, E>(dev);
     const int rows_per_group = (kGemvWarps / KS) * out_rows_per_warp;
     p.n_groups = (p.n_slots + rows_per_group - 1) / rows_per_group;
     const int forced = gemv_grid_ctas_per_sm();
     const int pol = forced > 0 ? forced : policy;
     const int64_t per_sm =
-        pol > 0 ? pol
-                : gemv_occupancy(
-                      __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS>::regs, __ATOMIC_ACQUIRE),
-                      __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS>::static_smem, __ATOMIC_RELAXED), smem);
-    const int64_t cap = per_sm * gemv_sm_count();
+        pol > 0
+            ? pol
+            : gemv_occupancy(
+                  __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS, E>::regs, __ATOMIC_ACQUIRE),
+                  __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS, E>::static_smem, __ATOMIC_RELAXED), smem);
+    const int n_y = E ? p.n_expert_slots : 1;
+    // Expert slots: the slots share the resident CTAs (rounded down, so that the whole grid is
+    // resident at once: a second wave of a few CTAs would double the time of their groups).
+    int64_t cap = per_sm * gemv_sm_count() / n_y;
+    if (cap < 1) cap = 1;
     const int grid = static_cast<int>(p.n_groups < cap ? p.n_groups : cap);
-    gemv_set_prefetch(p, pf_mode, rows_per_group, grid);
+    if (E)
+        p.pf_np = 0;  // the prefetch would name rows before the ids are known
+    else
+        gemv_set_prefetch(p, pf_mode, rows_per_group, grid);
     p.debug = gemv_debug_mode();
-    launch_pdl(gemv_kernel<T, NT, R, U, KS>, dim3(grid), dim3(kGemvThreads), smem, stream, p);
+    launch_pdl(gemv_kernel<T, NT, R, U, KS, E>, dim3(grid, n_y), dim3(kGemvThreads), smem, stream, p);
 }
 
 // Rows per warp for a token capacity > 1: enough rows to amortise the shared-memory reads of x.
@@ -1150,26 +1202,34 @@ template <class T, int C>
 void gemv_launch_cfg(const GemvParams& p, int policy, int pf_mode, size_t smem, cudaStream_t stream) {
     constexpr GemvConfig c = kGemvConfigTable[C];
     constexpr int U = GemvUnits<T, c.u4>::v;
-    if (p.glu)
+    if (p.n_expert_slots > 0) {
+        if (p.glu)
+            gemv_launch<T, 1, 2 * c.r, U, c.ks, true>(p, c.r, policy, pf_mode, smem, stream);
+        else
+            gemv_launch<T, 1, c.r, U, c.ks, true>(p, c.r, policy, pf_mode, smem, stream);
+    } else if (p.glu) {
         gemv_launch<T, 1, 2 * c.r, U, c.ks>(p, c.r, policy, pf_mode, smem, stream);
-    else
+    } else {
         gemv_launch<T, 1, c.r, U, c.ks>(p, c.r, policy, pf_mode, smem, stream);
+    }
 }
 
 template <class T, int C>
 void gemv_prepare_cfg(int dev) {
     constexpr GemvConfig c = kGemvConfigTable[C];
     constexpr int U = GemvUnits<T, c.u4>::v;
-    gemv_kernel_attr<T, 1, c.r, U, c.ks>(dev);
-    gemv_kernel_attr<T, 1, 2 * c.r, U, c.ks>(dev);
+    gemv_kernel_attr<T, 1, c.r, U, c.ks, false>(dev);
+    gemv_kernel_attr<T, 1, 2 * c.r, U, c.ks, false>(dev);
+    gemv_kernel_attr<T, 1, c.r, U, c.ks, true>(dev);
+    gemv_kernel_attr<T, 1, 2 * c.r, U, c.ks, true>(dev);
 }
 
 template <class T, int NT>
 void gemv_prepare_nt(int dev) {
     constexpr int R1 = gemv_rows_per_warp(NT, false), R2 = gemv_rows_per_warp(NT, true);
     constexpr int U1 = T::kBatch / R1 > 0 ? T::kBatch / R1 : 1, U2 = T::kBatch / R2 > 0 ? T::kBatch / R2 : 1;
-    gemv_kernel_attr<T, NT, R1, U1, 1>(dev);
-    gemv_kernel_attr<T, NT, R2, U2, 1>(dev);
+    gemv_kernel_attr<T, NT, R1, U1, 1, false>(dev);
+    gemv_kernel_attr<T, NT, R2, U2, 1, false>(dev);
 }
 
 // Sets the attributes of every kernel of the type on the current device.

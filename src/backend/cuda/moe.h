@@ -1,0 +1,58 @@
+// Mixture-of-experts pieces of the GPU forward pass (host-includable, fmt-free). The block
+// hidden += MoE(rms_norm(hidden)) runs as
+//   router (+ shared-expert gate) logits   gemv                               [n_tok, n_expert (+1)]
+//   moe_route                              ids, weights                       [n_tok, k]
+//   routed gate/up, down                   gemv in expert-slot mode (gemv.h)  [n_tok * k, ...]
+//   shared expert gate/up, down            gemv                               [n_tok, n_embd]
+//   moe_combine                            hidden += sum_j w_j e_j + sigmoid(g) shared
+// All launches are PDL launches (pdl.cuh), checked, graph-capturable (no allocation, no host
+// synchronisation). Bad arguments (internal invariants) abort with a message.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace pelican::cuda {
+
+inline constexpr int kMoeMaxExperts = 512;
+inline constexpr int kMoeMaxUsed = 16;
+
+// Router, exactly ref::moe_route (ops/ops_qwen35.h): per token t, p = softmax(logits row t) (the
+// exp terms and their sum in double, p rounded to fp32; an all -inf row gives p = 0); the k largest
+// p, ties to the lower expert id, sorted by p descending; weights = p / (sum of the k p, in
+// double) when renormalize (and that sum > 0), else p. logits: token t's row at
+// logits + t * logits_stride (0 = n_expert), n_expert floats (device). ids, weights [n_tok, k]
+// (device). One warp per token. 1 <= n_expert <= kMoeMaxExperts, 1 <= k <= min(n_expert,
+// kMoeMaxUsed); n_tok 0 does nothing. NaN logits give valid ids (weights unspecified).
+void moe_route(const float* logits, int64_t logits_stride, int n_tok, int n_expert, int k, bool renormalize,
+               int32_t* ids, float* weights, cudaStream_t stream);
+
+// Closes the MoE block:
+//   y[t, i] = residual[t, i] + sigmoid(shared_gate_logit[t]) * shared_out[t, i]
+//             + sum_{j < k} weights[t * k + j] * expert_out[t * k + j, i]
+// in fp32 (acc = sigmoid(g) * shared; acc = fma(w_j, e_j, acc) for j = 0 .. k-1; y = residual +
+// acc), for t < n_tok, i < n_embd. Rows are *_stride floats apart (0 = n_embd). residual may be
+// nullptr (0) and may equal y exactly (in place: hidden += MoE); no other input may alias y.
+// shared_out nullptr: no shared expert; shared_gate_logit nullptr: gate 1 (the shared output
+// added unscaled). Token t's gate logit is shared_gate_logit[t * shared_gate_stride] (e.g. the
+// extra column of a stacked [router; shared gate] GEMV: stride n_expert + 1).
+struct MoeCombineArgs {
+    int n_tok = 0;
+    int64_t n_embd = 0;                 // row width
+    int k = 0;                          // experts per token (0: none)
+    const float* expert_out = nullptr;  // [n_tok * k, n_embd] (the expert slots' y), device
+    int64_t expert_stride = 0;
+    const float* weights = nullptr;     // [n_tok, k] (moe_route's), device
+    const float* shared_out = nullptr;  // [n_tok, n_embd] or nullptr
+    int64_t shared_stride = 0;
+    const float* shared_gate_logit = nullptr;  // see above, or nullptr
+    int64_t shared_gate_stride = 1;
+    const float* residual = nullptr;  // [n_tok, n_embd] or nullptr; may equal y
+    int64_t residual_stride = 0;
+    float* y = nullptr;  // [n_tok, n_embd]
+    int64_t y_stride = 0;
+};
+void moe_combine(const MoeCombineArgs& a, cudaStream_t stream);
+
+}  // namespace pelican::cuda

@@ -1,0 +1,732 @@
+// The GPU MoE pieces (backend/cuda/moe.h, gemv.h expert slots) on fresh random inputs
+// (PELICAN_TEST_SEED replays a failure).
+//  * moe_route against ref::moe_route. The kernel computes the same double exp terms (its sum
+//    in another order, ~1e-16 relative), so p agree to the fp32 rounding (at most 1 ulp apart,
+//    almost always equal). Logits with clear gaps (consecutive p a factor e^0.1 apart) must
+//    give exactly the reference ids; exactly equal logits (ties) too, since equal logits give
+//    equal p in both; random logits may swap two choices only where their reference p are
+//    within 1e-6 relative. Weights: within 8 u relative (u = 2^-24) of the reference.
+//  * moe_combine against a double host loop: fp32 with one rounding per term and per sum, so
+//    |err| <= (k + 8) u (|res| + |sg sh| + sum_j |w_j e_j|) (sigmoid via expf: a few ulps).
+//  * Expert-slot GEMV: for every kernel variant, each slot's output (and the y gaps) must equal
+//    bit for bit a plain gemv() with the same variant on a GpuMatrix uploaded from that expert's
+//    rows alone, on the slot's activations / residual (the same kernel arithmetic runs; the
+//    plain GEMV itself is checked against the references by cuda_gemv_test).
+//  * A whole MoE block as the forward pass chains it (router GEMV -> moe_route -> expert GEMVs
+//    -> shared expert -> moe_combine, all PDL launches, the ids buffer holding stale ids before
+//    the route): every intermediate checked as above, then replayed from a CUDA graph (same bits).
+// Small mode (PELICAN_CUDA_TEST_SMALL=1, cuda_test_util.h; for compute-sanitizer): every route
+// and block case runs; the combine's float4 case at n 512 instead of 2048; the expert GEMV the
+// plain variants only (the L2-prefetch ones are off in expert mode), n_in 256 only, and its
+// many-slot case with 40 slots instead of 300.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/gpu_matrix.h"
+#include "backend/cuda/moe.h"
+#include "cuda_test_util.h"
+#include "ops/ops_qwen35.h"
+#include "ops_test_util.h"
+
+namespace pelican {
+namespace {
+
+using cuda::DeviceBuffer;
+using test::Rng;
+
+#define SKIP_WITHOUT_GPU()                \
+    if (!cuda::gpu_available()) {         \
+        GTEST_SKIP() << "no CUDA device"; \
+    }                                     \
+    static_assert(true, "")
+
+constexpr double kU = 1.0 / 16777216.0;  // 2^-24
+
+template <typename T>
+DeviceBuffer to_device(const std::vector<T>& v) {
+    DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));
+    EXPECT_TRUE(b.ok());
+    if (!v.empty()) {
+        EXPECT_EQ(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    return b;
+}
+
+template <typename T>
+std::vector<T> from_device(const void* p, size_t n) {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+}
+
+template <typename T>
+void copy_to(const DeviceBuffer& b, const std::vector<T>& v) {
+    ASSERT_EQ(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+int64_t row_bytes(DType t, int64_t n_in) {
+    return static_cast<int64_t>(*dtype_row_bytes(t, static_cast<uint64_t>(n_in)));
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b, size_t* first) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (std::memcmp(&a[i], &b[i], 4) != 0) {
+            *first = i;
+            return false;
+        }
+    return true;
+}
+
+// Uploads rows [row0, row0 + n_rows) of a random matrix as one GpuMatrix.
+cuda::GpuMatrix upload_rows(const test::RandomMatrix& m, int64_t row0, int64_t n_rows) {
+    const int64_t rb = row_bytes(m.type, m.n_in);
+    cuda::HostRows hr{m.bytes.data() + row0 * rb, static_cast<size_t>(rb), n_rows};
+    cuda::GpuMatrix gm;
+    const char* err = nullptr;
+    EXPECT_TRUE(cuda::upload_matrix(m.type, m.n_in, &hr, 1, gm, nullptr, &err)) << err;
+    return gm;
+}
+
+// ---- moe_route -----------------------------------------------------------------------------------
+
+// p = softmax in double (for the near-tie allowance only).
+std::vector<double> softmax_d(const float* l, int n) {
+    double mx = -INFINITY;
+    for (int i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(l[i]));
+    std::vector<double> p(static_cast<size_t>(n), 0.0);
+    if (mx == -INFINITY) return p;
+    double s = 0.0;
+    for (int i = 0; i < n; ++i) s += (p[static_cast<size_t>(i)] = std::exp(static_cast<double>(l[i]) - mx));
+    for (auto& v : p) v /= s;
+    return p;
+}
+
+// ids / weights [n_tok, k] from the GPU against ref::moe_route on logits (dense [n_tok, n_expert]).
+// exact_ids: the reference ids must come out exactly (gapped logits, ties); else near-ties may swap.
+void check_route_result(const std::vector<float>& logits, int n_tok, int n_expert, int k, bool renormalize,
+                        bool exact_ids, const std::vector<int32_t>& ids, const std::vector<float>& w) {
+    const size_t nk = static_cast<size_t>(n_tok) * static_cast<size_t>(k);
+    std::vector<int32_t> rid(nk);
+    std::vector<float> rw(nk);
+    ref::moe_route(logits.data(), n_tok, n_expert, k, renormalize, rid.data(), rw.data());
+    int bad = 0;
+    for (int t = 0; t < n_tok; ++t) {
+        const std::vector<double> p = softmax_d(logits.data() + static_cast<int64_t>(t) * n_expert, n_expert);
+        std::vector<int32_t> seen;
+        for (int j = 0; j < k; ++j) {
+            const size_t i = static_cast<size_t>(t) * k + j;
+            const int32_t g = ids[i], r = rid[i];
+            ASSERT_TRUE(g >= 0 && g < n_expert) << "token " << t << " choice " << j << ": id " << g;
+            EXPECT_EQ(std::count(seen.begin(), seen.end(), g), 0)
+                << "token " << t << ": id " << g << " twice";
+            seen.push_back(g);
+            double tol = 8.0 * kU * std::fabs(rw[i]) + 1e-45;
+            if (g != r) {
+                const double pg = p[static_cast<size_t>(g)], pr = p[static_cast<size_t>(r)];
+                const bool near_tie = std::fabs(pg - pr) <= 1e-6 * std::max(pg, pr);
+                if ((exact_ids || !near_tie) && bad++ < 10)
+                    ADD_FAILURE() << "token " << t << " choice " << j << ": gpu id " << g << " (p " << pg
+                                  << ") ref id " << r << " (p " << pr << ")";
+                tol = 2e-6 * std::fabs(rw[i]) + 1e-45;
+            }
+            if (!(std::fabs(static_cast<double>(w[i]) - rw[i]) <= tol) && bad++ < 10)
+                ADD_FAILURE() << "token " << t << " choice " << j << " (id " << g << "): gpu weight " << w[i]
+                              << " ref " << rw[i] << " tol " << tol;
+        }
+    }
+    EXPECT_EQ(bad, 0);
+}
+
+// logits: dense [n_tok, n_expert]; the kernel reads them stride_pad floats apart (NaN in the gaps).
+void check_route(const std::vector<float>& logits, int n_tok, int n_expert, int k, bool renormalize,
+                 int64_t stride_pad, bool exact_ids, const std::string& what) {
+    SCOPED_TRACE(testing::Message() << what << ": n_tok " << n_tok << " n_expert " << n_expert << " k " << k
+                                    << (renormalize ? " renorm" : "") << " pad " << stride_pad);
+    const int64_t stride = n_expert + stride_pad;
+    std::vector<float> buf(static_cast<size_t>(stride * n_tok), NAN);
+    for (int t = 0; t < n_tok; ++t)
+        std::copy_n(logits.begin() + static_cast<int64_t>(t) * n_expert, n_expert,
+                    buf.begin() + static_cast<int64_t>(t) * stride);
+    const size_t nk = static_cast<size_t>(n_tok) * static_cast<size_t>(k);
+    DeviceBuffer dl = to_device(buf), dids = to_device(std::vector<int32_t>(nk, -7)),
+                 dw = to_device(std::vector<float>(nk, NAN));
+    cuda::moe_route(dl.as<float>(), stride_pad ? stride : 0, n_tok, n_expert, k, renormalize,
+                    dids.as<int32_t>(), dw.as<float>(), nullptr);
+    const cudaError_t st = cudaDeviceSynchronize();
+    ASSERT_EQ(st, cudaSuccess) << cudaGetErrorString(st);
+    check_route_result(logits, n_tok, n_expert, k, renormalize, exact_ids,
+                       from_device<int32_t>(dids.get(), nk), from_device<float>(dw.get(), nk));
+}
+
+// Per token a random permutation of 0.1 * (0 .. n_expert-1) plus a random offset: distinct p,
+// consecutive ones a factor e^0.1 apart.
+std::vector<float> gapped_logits(Rng& rng, int n_tok, int n_expert) {
+    std::vector<float> l(static_cast<size_t>(n_tok) * n_expert);
+    std::vector<int> perm(static_cast<size_t>(n_expert));
+    for (int t = 0; t < n_tok; ++t) {
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng.gen);
+        const float off = rng.uniform(-3.0f, 3.0f);
+        for (int e = 0; e < n_expert; ++e)
+            l[static_cast<size_t>(t) * n_expert + e] =
+                off + 0.1f * static_cast<float>(perm[static_cast<size_t>(e)]);
+    }
+    return l;
+}
+
+struct RouteShape {
+    int n_tok, n_expert, k;
+};
+const RouteShape kRouteShapes[] = {{1, 8, 2},    {5, 8, 8},  {3, 64, 8}, {37, 128, 8}, {9, 256, 8},
+                                   {4, 512, 16}, {7, 33, 4}, {2, 1, 1},  {6, 100, 10}, {1, 512, 1}};
+
+TEST(CudaMoe, RouteGappedLogitsExactIds) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (const RouteShape& s : kRouteShapes)
+        for (bool renorm : {true, false})
+            for (int64_t pad : {int64_t{0}, int64_t{3}})
+                check_route(gapped_logits(rng, s.n_tok, s.n_expert), s.n_tok, s.n_expert, s.k, renorm, pad,
+                            true, "gapped");
+}
+
+TEST(CudaMoe, RouteRandomLogits) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (const RouteShape& s : kRouteShapes)
+        for (float scale : {0.5f, 3.0f}) {
+            std::vector<float> l = test::random_vec(rng, static_cast<int64_t>(s.n_tok) * s.n_expert, scale);
+            check_route(l, s.n_tok, s.n_expert, s.k, true, 0, false, "random");
+        }
+}
+
+TEST(CudaMoe, RouteTiesAndMaskedRows) {
+    SKIP_WITHOUT_GPU();
+    // All equal: ids 0 .. k-1, weights 1/k (renormalised) or 1/n_expert.
+    for (bool renorm : {true, false})
+        check_route(std::vector<float>(3 * 64, 0.25f), 3, 64, 8, renorm, 0, true, "all equal");
+    // Groups of equal logits: ties inside the top k and across its boundary.
+    {
+        const int E = 40, k = 6;
+        std::vector<float> l(2 * E);
+        for (int e = 0; e < E; ++e) {
+            l[static_cast<size_t>(e)] = e % 5 == 3 ? 2.0f : (e % 7 == 0 ? 1.0f : -1.0f);      // 8 of 2.0 > k
+            l[static_cast<size_t>(E + e)] = e % 9 == 4 ? 2.0f : (e % 6 == 1 ? 1.0f : -1.0f);  // 4 of 2.0 < k
+        }
+        check_route(l, 2, E, k, true, 0, true, "tie groups");
+        check_route(l, 2, E, k, false, 5, true, "tie groups");
+    }
+    // Masked experts (-inf), and a fully masked row (p = 0: ids 0 .. k-1, weights 0).
+    {
+        const int E = 96, k = 8;
+        Rng rng;
+        std::vector<float> l = gapped_logits(rng, 3, E);
+        for (int e = 0; e < E; e += 2) l[static_cast<size_t>(e)] = -INFINITY;
+        for (int e = 0; e < E; ++e) l[static_cast<size_t>(2 * E + e)] = -INFINITY;
+        check_route(l, 3, E, k, true, 0, true, "masked");
+        check_route(l, 3, E, k, false, 0, true, "masked");
+    }
+}
+
+// ---- moe_combine ---------------------------------------------------------------------------------
+
+enum class Res { kNone, kSeparate, kInPlace };
+
+struct CombineCase {
+    int n_tok;
+    int64_t n;
+    int k;
+    bool shared, gate;
+    Res res;
+    int64_t pad = 0;   // extra floats per row of every strided operand
+    int misalign = 0;  // floats: residual / y start this far past a 16-byte boundary
+};
+
+void check_combine(Rng& rng, const CombineCase& c) {
+    SCOPED_TRACE(testing::Message() << "n_tok " << c.n_tok << " n " << c.n << " k " << c.k
+                                    << (c.shared ? " shared" : "") << (c.gate ? " gate" : "")
+                                    << (c.res == Res::kNone       ? ""
+                                        : c.res == Res::kSeparate ? " residual"
+                                                                  : " in-place")
+                                    << " pad " << c.pad << " misalign " << c.misalign);
+    const int64_t n = c.n, rs = n + c.pad, nk = static_cast<int64_t>(c.n_tok) * c.k;
+    const std::vector<float> eo = test::random_vec(rng, std::max<int64_t>(nk, 1) * rs);
+    const std::vector<float> sh = test::random_vec(rng, c.n_tok * rs);
+    std::vector<float> res = test::random_vec(rng, c.n_tok * rs + c.misalign);
+    std::vector<float> w(static_cast<size_t>(std::max<int64_t>(nk, 1)));
+    for (auto& v : w) v = rng.uniform(0.0f, 1.0f);
+    std::vector<float> gate(static_cast<size_t>(3 * c.n_tok));  // stride 3
+    for (auto& v : gate) v = 3.0f * rng.normal();
+    const float sentinel = 12345.0f;
+    std::vector<float> y0(static_cast<size_t>(c.n_tok * rs + c.misalign), sentinel);
+    if (c.res == Res::kInPlace) y0 = res;
+
+    DeviceBuffer deo = to_device(eo), dsh = to_device(sh), dres = to_device(res), dw = to_device(w),
+                 dg = to_device(gate), dy = to_device(y0);
+    cuda::MoeCombineArgs a;
+    a.n_tok = c.n_tok;
+    a.n_embd = n;
+    a.k = c.k;
+    a.expert_out = deo.as<float>();
+    a.expert_stride = c.pad ? rs : 0;
+    a.weights = dw.as<float>();
+    if (c.shared) {
+        a.shared_out = dsh.as<float>();
+        a.shared_stride = c.pad ? rs : 0;
+        if (c.gate) {
+            a.shared_gate_logit = dg.as<float>() + 2;
+            a.shared_gate_stride = 3;
+        }
+    }
+    float* y = dy.as<float>() + c.misalign;
+    if (c.res != Res::kNone) {
+        a.residual = c.res == Res::kInPlace ? y : dres.as<float>() + c.misalign;
+        a.residual_stride = c.pad ? rs : 0;
+    }
+    a.y = y;
+    a.y_stride = c.pad ? rs : 0;
+    cuda::moe_combine(a, nullptr);
+    const cudaError_t st = cudaDeviceSynchronize();
+    ASSERT_EQ(st, cudaSuccess) << cudaGetErrorString(st);
+    const std::vector<float> got = from_device<float>(dy.get(), y0.size());
+
+    int bad = 0;
+    for (int t = 0; t < c.n_tok; ++t)
+        for (int64_t i = 0; i < rs; ++i) {
+            const size_t yi = static_cast<size_t>(c.misalign + t * rs + i);
+            if (i >= n) {
+                if (std::memcmp(&got[yi], &y0[yi], 4) != 0 && bad++ < 10)
+                    ADD_FAILURE() << "token " << t << ": gap element " << i << " written";
+                continue;
+            }
+            double want = 0.0, mag = 0.0;
+            if (c.res != Res::kNone) {
+                want = res[yi];
+                mag = std::fabs(want);
+            }
+            if (c.shared) {
+                const double g = c.gate ? gate[static_cast<size_t>(3 * t + 2)] : 0.0;
+                const double sg = c.gate ? 1.0 / (1.0 + std::exp(-g)) : 1.0;
+                const double v = sg * sh[static_cast<size_t>(t * rs + i)];
+                want += v;
+                mag += std::fabs(v);
+            }
+            for (int j = 0; j < c.k; ++j) {
+                const double v = static_cast<double>(w[static_cast<size_t>(t * c.k + j)]) *
+                                 eo[static_cast<size_t>((t * c.k + j) * rs + i)];
+                want += v;
+                mag += std::fabs(v);
+            }
+            const double tol = (c.k + 8) * kU * mag + 1e-30;
+            if (!(std::fabs(got[yi] - want) <= tol) && bad++ < 10)
+                ADD_FAILURE() << "token " << t << " elem " << i << ": gpu " << got[yi] << " want " << want
+                              << " tol " << tol;
+        }
+    EXPECT_EQ(bad, 0);
+}
+
+TEST(CudaMoe, Combine) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    const int64_t wide = test::cuda_test_size<int64_t>(2048, 512);
+    for (int n_tok : {1, 5})
+        for (int k : {8, 1, 0})
+            for (Res r : {Res::kNone, Res::kSeparate, Res::kInPlace}) {
+                check_combine(rng, {n_tok, wide, k, true, true, r});          // float4 path
+                check_combine(rng, {n_tok, 100, k, k != 1, false, r, 0, 0});  // n % 4 = 0, no gate
+                check_combine(rng, {n_tok, 102, k, true, true, r, 3, 0});     // n % 4 != 0: scalar
+                check_combine(rng, {n_tok, 256, k, true, k == 0, r, 4, 1});   // misaligned: scalar
+            }
+    check_combine(rng, {3, 64, 16, false, false, Res::kInPlace, 8, 0});  // no shared expert
+}
+
+// ---- expert-slot GEMV ----------------------------------------------------------------------------
+
+struct ExpertCase {
+    DType t = DType::Q4_0;
+    int64_t n_in = 256;
+    int n_expert = 8;
+    int64_t expert_rows = 64;  // glu: gate + up rows per expert
+    bool glu = false;
+    std::vector<int32_t> ids{5, 0, 7, 5};
+    bool shared_x = false;  // x_slot_stride 0: every slot reads the same x
+    int x_slot_div = 1;
+    int64_t x_pad = 4;  // per-slot x rows: n_in + x_pad floats apart
+    int x_misalign = 0;
+    bool norm = false, one_plus = false, residual = false, alias = false;
+    float scale = 1.0f;
+    int64_t y_pad = 0;  // y_slot_stride = width + y_pad (0: the default, width)
+    std::string describe() const {
+        std::ostringstream s;
+        s << dtype_name(t) << " n_in " << n_in << " experts " << n_expert << "x" << expert_rows
+          << (glu ? " glu" : "") << " ids";
+        for (int32_t i : ids) s << " " << i;
+        if (shared_x)
+            s << " shared-x";
+        else
+            s << " x-div " << x_slot_div;
+        if (x_misalign) s << " x-misaligned";
+        if (norm) s << (one_plus ? " norm(1+w)" : " norm");
+        if (residual) s << (alias ? " residual(=y)" : " residual");
+        if (scale != 1.0f) s << " scale " << scale;
+        if (y_pad) s << " y-pad " << y_pad;
+        return s.str();
+    }
+};
+
+void run_expert_case(Rng& rng, const ExpertCase& c) {
+    const std::string what = c.describe();
+    SCOPED_TRACE(what);
+    const int n_slots = static_cast<int>(c.ids.size());
+    const int64_t n_in = c.n_in, width = c.glu ? c.expert_rows / 2 : c.expert_rows;
+    const test::RandomMatrix m = test::random_matrix(rng, c.t, n_in, c.n_expert * c.expert_rows, true);
+    cuda::GpuMatrix all = upload_rows(m, 0, m.n_out);
+    std::map<int, cuda::GpuMatrix> per;  // expert -> its rows alone
+    for (int32_t id : c.ids) {
+        const int e = id < 0 || id >= c.n_expert ? 0 : id;  // the kernel reads expert 0 for bad ids
+        if (!per.count(e)) per[e] = upload_rows(m, e * c.expert_rows, c.expert_rows);
+    }
+
+    const int n_x = c.shared_x ? 1 : (n_slots + c.x_slot_div - 1) / c.x_slot_div;
+    const int64_t xs = c.shared_x ? 0 : n_in + c.x_pad;
+    std::vector<float> xbuf(static_cast<size_t>(c.x_misalign + std::max<int64_t>(xs, n_in) * n_x), NAN);
+    for (int r = 0; r < n_x; ++r) {
+        const std::vector<float> row = test::random_vec(rng, n_in);
+        std::copy(row.begin(), row.end(), xbuf.begin() + c.x_misalign + r * xs);
+    }
+    std::vector<float> nw(static_cast<size_t>(n_in));
+    for (auto& v : nw) v = c.one_plus ? 0.2f * rng.normal() : 1.0f + 0.2f * rng.normal();
+    const int64_t ys = width + c.y_pad;
+    const float sentinel = 12345.0f;
+    std::vector<float> res(static_cast<size_t>(ys * n_slots), sentinel);
+    for (int s = 0; s < n_slots; ++s)
+        for (int64_t i = 0; i < width; ++i) res[static_cast<size_t>(s * ys + i)] = rng.normal();
+    const std::vector<float> y_init = c.residual && c.alias ? res : std::vector<float>(res.size(), sentinel);
+
+    DeviceBuffer dx = to_device(xbuf), dnw = to_device(nw), dres = to_device(res), dids = to_device(c.ids),
+                 dy = to_device(y_init), dy_ref = to_device(y_init);
+    auto base_args = [&](float* y) {
+        cuda::GemvArgs a;
+        if (c.norm) {
+            a.norm_w = dnw.as<float>();
+            a.norm_eps = 1e-5f;
+            a.norm_one_plus = c.one_plus;
+        }
+        a.scale = c.scale;
+        a.glu = c.glu;
+        a.y = y;
+        return a;
+    };
+    const float* x0 = dx.as<float>() + c.x_misalign;
+    const int nv = test::cuda_test_size(cuda::gemv_variant_count(), cuda::gemv_plain_variant_count());
+    for (int v = 0; v < nv; ++v) {
+        const std::string vn = cuda::gemv_variant_name(v);
+        copy_to(dy, y_init);
+        copy_to(dy_ref, y_init);
+        cuda::gemv_force_variant(v);
+        // All slots in one call.
+        cuda::GemvArgs a = base_args(dy.as<float>());
+        a.x = x0;
+        a.residual = c.residual ? (c.alias ? dy.as<float>() : dres.as<float>()) : nullptr;
+        a.expert_ids = dids.as<int32_t>();
+        a.n_expert_slots = n_slots;
+        a.expert_rows = c.expert_rows;
+        a.x_slot_stride = xs;
+        a.x_slot_div = c.x_slot_div;
+        a.y_slot_stride = c.y_pad ? ys : 0;
+        cuda::gemv(all, a, nullptr);
+        // Each slot alone on its expert's matrix.
+        for (int s = 0; s < n_slots; ++s) {
+            const int32_t id = c.ids[static_cast<size_t>(s)];
+            const int e = id < 0 || id >= c.n_expert ? 0 : id;
+            cuda::GemvArgs b = base_args(dy_ref.as<float>() + s * ys);
+            b.x = x0 + (s / c.x_slot_div) * xs;
+            if (c.residual) b.residual = c.alias ? b.y : dres.as<float>() + s * ys;
+            cuda::gemv(per[e], b, nullptr);
+        }
+        cuda::gemv_force_variant(-1);
+        const cudaError_t st = cudaDeviceSynchronize();
+        ASSERT_EQ(st, cudaSuccess) << vn << ": " << cudaGetErrorString(st);
+        const std::vector<float> got = from_device<float>(dy.get(), y_init.size()),
+                                 want = from_device<float>(dy_ref.get(), y_init.size());
+        size_t first = 0;
+        if (!same_bits(got, want, &first)) {
+            ADD_FAILURE() << "variant " << vn << ": slot " << first / ys << " element " << first % ys
+                          << ": expert " << got[first] << " vs plain " << want[first];
+            break;
+        }
+        EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float f) { return std::isfinite(f); }))
+            << "variant " << vn;
+    }
+    cuda::free_matrix(all);
+    for (auto& [e, gm] : per) cuda::free_matrix(gm);
+}
+
+TEST(CudaMoe, ExpertGemvMatchesPerExpertGemv) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    const std::vector<int64_t> n_ins =
+        test::cuda_test_size(std::vector<int64_t>{256, 512}, std::vector<int64_t>{256});
+    for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::BF16, DType::F16, DType::F32})
+        for (int64_t n_in : n_ins) {
+            // Decode gate/up: the shared normed x, [gate; up] per expert, SwiGLU.
+            ExpertCase g;
+            g.t = t;
+            g.n_in = n_in;
+            g.expert_rows = 2 * 96;
+            g.glu = true;
+            g.shared_x = true;
+            g.norm = true;
+            run_expert_case(rng, g);
+            // Decode down: per-slot x, in-place residual, scale.
+            ExpertCase d;
+            d.t = t;
+            d.n_in = n_in;
+            d.residual = d.alias = true;
+            d.scale = 0.5f;
+            run_expert_case(rng, d);
+            // Prefill: 2 tokens x 3 experts (x row = slot / 3), separate residual, padded y.
+            ExpertCase p;
+            p.t = t;
+            p.n_in = n_in;
+            p.ids = {2, 6, 6, 1, 3, 0};
+            p.x_slot_div = 3;
+            p.norm = p.one_plus = p.residual = true;
+            p.y_pad = 3;
+            run_expert_case(rng, p);
+            p.glu = true;
+            p.expert_rows = 2 * 40;
+            p.residual = false;
+            run_expert_case(rng, p);
+        }
+    // Misaligned x (scalar activation loads) and an odd float row length.
+    for (DType t : {DType::F32, DType::BF16}) {
+        ExpertCase c;
+        c.t = t;
+        c.n_in = 100;
+        c.x_pad = 1;
+        c.x_misalign = 1;
+        c.glu = true;
+        c.expert_rows = 2 * 24;
+        run_expert_case(rng, c);
+    }
+    ExpertCase q;
+    q.x_pad = 3;
+    q.x_misalign = 3;
+    q.norm = true;
+    run_expert_case(rng, q);
+    // One slot; many slots (more than fit the GPU at once with one CTA per slot).
+    ExpertCase one;
+    one.ids = {3};
+    run_expert_case(rng, one);
+    ExpertCase many;
+    many.t = DType::Q8_0;
+    many.ids.clear();
+    for (int i = 0; i < test::cuda_test_size(300, 40); ++i)
+        many.ids.push_back(static_cast<int32_t>(rng.index(8)));
+    many.shared_x = true;
+    many.expert_rows = 32;
+    run_expert_case(rng, many);
+}
+
+TEST(CudaMoe, ExpertGemvBadIdsReadExpertZero) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    ExpertCase c;
+    c.ids = {8, -1, 3, 1000000};
+    run_expert_case(rng, c);
+}
+
+// ---- a whole MoE block, chained as the forward pass does ----------------------------------------
+
+void run_block(Rng& rng, DType t, int n_tok) {
+    constexpr int64_t n_embd = 512, sh_ff = 256;
+    constexpr int E = 16, k = 4;
+    const int64_t n_ff = t == DType::Q4_K || t == DType::Q6_K ? 256 : 128;
+    SCOPED_TRACE(testing::Message() << dtype_name(t) << " n_tok " << n_tok);
+    const int nk = n_tok * k;
+    // Weights: router with the shared-expert gate as its last row (F32), experts and shared expert.
+    const test::RandomMatrix router = test::random_matrix(rng, DType::F32, n_embd, E + 1, true),
+                             gate_up = test::random_matrix(rng, t, n_embd, E * 2 * n_ff, true),
+                             down = test::random_matrix(rng, t, n_ff, E * n_embd, true),
+                             sh_gate_up = test::random_matrix(rng, t, n_embd, 2 * sh_ff, true),
+                             sh_down = test::random_matrix(rng, t, sh_ff, n_embd, true);
+    cuda::GpuMatrix g_router = upload_rows(router, 0, E + 1),
+                    g_gate_up = upload_rows(gate_up, 0, gate_up.n_out),
+                    g_down = upload_rows(down, 0, down.n_out),
+                    g_sh_gate_up = upload_rows(sh_gate_up, 0, 2 * sh_ff),
+                    g_sh_down = upload_rows(sh_down, 0, n_embd);
+    std::vector<float> hidden0 = test::random_vec(rng, n_tok * n_embd), nw(static_cast<size_t>(n_embd));
+    for (auto& v : nw) v = 1.0f + 0.2f * rng.normal();
+    const std::vector<int32_t> stale(static_cast<size_t>(nk), E - 1);
+    DeviceBuffer d_hidden = to_device(hidden0), d_hidden0 = to_device(hidden0), d_nw = to_device(nw),
+                 d_logits(n_tok * (E + 1) * sizeof(float)), d_ids = to_device(stale), d_w(nk * sizeof(float)),
+                 d_act(nk * n_ff * sizeof(float)), d_eout(nk * n_embd * sizeof(float)),
+                 d_sh_act(n_tok * sh_ff * sizeof(float)), d_sh_out(n_tok * n_embd * sizeof(float));
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    auto chain = [&] {
+        cuda::GemvArgs r;  // logits = [router; shared gate] rms_norm(hidden)
+        r.x = d_hidden.as<float>();
+        r.n_tok = n_tok;
+        r.norm_w = d_nw.as<float>();
+        r.y = d_logits.as<float>();
+        cuda::gemv(g_router, r, s);
+        cuda::moe_route(d_logits.as<float>(), E + 1, n_tok, E, k, true, d_ids.as<int32_t>(), d_w.as<float>(),
+                        s);
+        cuda::GemvArgs gu;  // act[t * k + j] = swiglu(W_gu[ids] rms_norm(hidden[t]))
+        gu.x = d_hidden.as<float>();
+        gu.norm_w = d_nw.as<float>();
+        gu.glu = true;
+        gu.y = d_act.as<float>();
+        gu.expert_ids = d_ids.as<int32_t>();
+        gu.n_expert_slots = nk;
+        gu.expert_rows = 2 * n_ff;
+        gu.x_slot_stride = n_embd;
+        gu.x_slot_div = k;
+        cuda::gemv(g_gate_up, gu, s);
+        cuda::GemvArgs dn;  // eout[s] = W_down[ids[s]] act[s]
+        dn.x = d_act.as<float>();
+        dn.y = d_eout.as<float>();
+        dn.expert_ids = d_ids.as<int32_t>();
+        dn.n_expert_slots = nk;
+        dn.expert_rows = n_embd;
+        dn.x_slot_stride = n_ff;
+        cuda::gemv(g_down, dn, s);
+        cuda::GemvArgs sgu;
+        sgu.x = d_hidden.as<float>();
+        sgu.n_tok = n_tok;
+        sgu.norm_w = d_nw.as<float>();
+        sgu.glu = true;
+        sgu.y = d_sh_act.as<float>();
+        cuda::gemv(g_sh_gate_up, sgu, s);
+        cuda::GemvArgs sdn;
+        sdn.x = d_sh_act.as<float>();
+        sdn.n_tok = n_tok;
+        sdn.y = d_sh_out.as<float>();
+        cuda::gemv(g_sh_down, sdn, s);
+        cuda::MoeCombineArgs cb;  // hidden += sum_j w_j eout + sigmoid(gate) shared
+        cb.n_tok = n_tok;
+        cb.n_embd = n_embd;
+        cb.k = k;
+        cb.expert_out = d_eout.as<float>();
+        cb.weights = d_w.as<float>();
+        cb.shared_out = d_sh_out.as<float>();
+        cb.shared_gate_logit = d_logits.as<float>() + E;
+        cb.shared_gate_stride = E + 1;
+        cb.residual = d_hidden.as<float>();
+        cb.y = d_hidden.as<float>();
+        cuda::moe_combine(cb, s);
+    };
+    chain();
+    {
+        const cudaError_t st = cudaStreamSynchronize(s);
+        ASSERT_EQ(st, cudaSuccess) << cudaGetErrorString(st);
+    }
+    const std::vector<float> logits =
+        from_device<float>(d_logits.get(), static_cast<size_t>(n_tok * (E + 1)));
+    const std::vector<int32_t> ids = from_device<int32_t>(d_ids.get(), static_cast<size_t>(nk));
+    const std::vector<float> w = from_device<float>(d_w.get(), static_cast<size_t>(nk)),
+                             act = from_device<float>(d_act.get(), static_cast<size_t>(nk * n_ff)),
+                             eout = from_device<float>(d_eout.get(), static_cast<size_t>(nk * n_embd)),
+                             sh_out = from_device<float>(d_sh_out.get(), static_cast<size_t>(n_tok * n_embd)),
+                             hidden = from_device<float>(d_hidden.get(), static_cast<size_t>(n_tok * n_embd));
+    // Route: the reference on the GPU's logits (shared-gate column dropped).
+    std::vector<float> dense(static_cast<size_t>(n_tok * E));
+    for (int tk = 0; tk < n_tok; ++tk) std::copy_n(logits.begin() + tk * (E + 1), E, dense.begin() + tk * E);
+    {
+        SCOPED_TRACE("block router");
+        check_route_result(dense, n_tok, E, k, true, false, ids, w);
+    }
+    // Experts: each slot equals the plain GEMV on its expert's rows (same bits).
+    std::map<int, cuda::GpuMatrix> gu_e, dn_e;
+    DeviceBuffer d_one(std::max(n_ff, n_embd) * sizeof(float));
+    for (int sl = 0; sl < nk; ++sl) {
+        const int e = ids[static_cast<size_t>(sl)];
+        ASSERT_TRUE(e >= 0 && e < E);
+        if (!gu_e.count(e)) {
+            gu_e[e] = upload_rows(gate_up, e * 2 * n_ff, 2 * n_ff);
+            dn_e[e] = upload_rows(down, e * n_embd, n_embd);
+        }
+        cuda::GemvArgs a;
+        a.x = d_hidden0.as<float>() + (sl / k) * n_embd;
+        a.norm_w = d_nw.as<float>();
+        a.glu = true;
+        a.y = d_one.as<float>();
+        cuda::gemv(gu_e[e], a, nullptr);
+        const std::vector<float> one = from_device<float>(d_one.get(), static_cast<size_t>(n_ff));
+        EXPECT_EQ(std::memcmp(one.data(), act.data() + sl * n_ff, n_ff * sizeof(float)), 0)
+            << "gate/up slot " << sl << " (expert " << e << ")";
+        cuda::GemvArgs b;
+        b.x = d_act.as<float>() + sl * n_ff;
+        b.y = d_one.as<float>();
+        cuda::gemv(dn_e[e], b, nullptr);
+        const std::vector<float> two = from_device<float>(d_one.get(), static_cast<size_t>(n_embd));
+        EXPECT_EQ(std::memcmp(two.data(), eout.data() + sl * n_embd, n_embd * sizeof(float)), 0)
+            << "down slot " << sl << " (expert " << e << ")";
+    }
+    // Combine: a double host loop on the GPU's intermediates.
+    int bad = 0;
+    for (int tk = 0; tk < n_tok; ++tk) {
+        const double sg =
+            1.0 / (1.0 + std::exp(-static_cast<double>(logits[static_cast<size_t>(tk * (E + 1) + E)])));
+        for (int64_t i = 0; i < n_embd; ++i) {
+            const size_t yi = static_cast<size_t>(tk * n_embd + i);
+            double want = hidden0[yi] + sg * sh_out[yi],
+                   mag = std::fabs(hidden0[yi]) + std::fabs(sg * sh_out[yi]);
+            for (int j = 0; j < k; ++j) {
+                const double v = static_cast<double>(w[static_cast<size_t>(tk * k + j)]) *
+                                 eout[static_cast<size_t>((tk * k + j) * n_embd + i)];
+                want += v;
+                mag += std::fabs(v);
+            }
+            const double tol = (k + 8) * kU * mag + 1e-30;
+            if (!(std::fabs(hidden[yi] - want) <= tol) && bad++ < 10)
+                ADD_FAILURE() << "token " << tk << " elem " << i << ": gpu " << hidden[yi] << " want "
+                              << want;
+        }
+    }
+    EXPECT_EQ(bad, 0);
+    // The same chain from a CUDA graph: the same bits.
+    copy_to(d_hidden, hidden0);
+    copy_to(d_ids, stale);
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    chain();
+    ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(from_device<int32_t>(d_ids.get(), static_cast<size_t>(nk)), ids);
+    EXPECT_EQ(from_device<float>(d_hidden.get(), static_cast<size_t>(n_tok * n_embd)), hidden);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    for (cuda::GpuMatrix* gm : {&g_router, &g_gate_up, &g_down, &g_sh_gate_up, &g_sh_down})
+        cuda::free_matrix(*gm);
+    for (auto& [e, gm] : gu_e) cuda::free_matrix(gm);
+    for (auto& [e, gm] : dn_e) cuda::free_matrix(gm);
+}
+
+TEST(CudaMoe, BlockChainPdlAndGraph) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K})
+        for (int n_tok : {1, 3}) run_block(rng, t, n_tok);
+}
+
+}  // namespace
+}  // namespace pelican
