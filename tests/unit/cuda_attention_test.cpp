@@ -610,6 +610,7 @@ struct RopeCase {
     int n_tok;
     int32_t pos0;
     float mscale;
+    int extra = 0;  // columns after v in each qkv row (RopeStoreArgs::row_stride; must stay untouched)
 };
 
 void run_rope(Rng& rng, const RopeCase& c) {
@@ -622,7 +623,7 @@ void run_rope(Rng& rng, const RopeCase& c) {
     const int hd = c.hd, half = c.n_rot / 2;
     const int64_t q_dim = static_cast<int64_t>(c.n_head) * hd,
                   kv_dim = static_cast<int64_t>(c.n_kv_head) * hd;
-    const int64_t row = q_dim + 2 * kv_dim;
+    const int64_t row = q_dim + 2 * kv_dim + c.extra;
     const std::vector<float> qkv = test::random_vec(rng, c.n_tok * row);
     std::vector<float> inv_freq(static_cast<size_t>(std::max(half, 1)));
     for (int i = 0; i < half; ++i)
@@ -685,6 +686,7 @@ void run_rope(Rng& rng, const RopeCase& c) {
     DeviceBuffer dpos = upload(std::vector<int32_t>{c.pos0});
     cuda::RopeStoreArgs a;
     a.qkv = dqkv.as<float>();
+    a.row_stride = c.extra > 0 ? row : 0;
     a.n_tok = c.n_tok;
     a.n_head = c.n_head;
     a.n_kv_head = c.n_kv_head;
@@ -716,7 +718,7 @@ void run_rope(Rng& rng, const RopeCase& c) {
         }
         for (int64_t i = q_dim; i < row; ++i)
             ASSERT_EQ(std::memcmp(&gqkv[t * row + i], &qkv[t * row + i], 4), 0)
-                << "qkv k/v part changed at " << i;
+                << "qkv k/v (or extra) part changed at " << i;
     }
     expect_close(gq, q, qtol, c.n_head, hd, what + " q");
     // Cache: rows pos0 .. pos0 + n_tok - 1 hold k (rel + one f16 rounding) and v (exact
@@ -798,10 +800,11 @@ TEST(CudaAttention, RopeStoreMatchesReference) {
         {16, 2, 256, 64, true, 2, DType::F16, 3, 1000, 1.0f},   // qwen3.5: one_plus, partial rotary
         {8, 2, 64, 32, false, 1, DType::F32, 300, 123,
          1.2f},  // prefill rows, interleaved partial, yarn mscale
-        {8, 4, 80, 40, true, 2, DType::F32, 7, 65000, 1.0f},      // generic head dim, large angles
-        {4, 4, 32, 0, true, 1, DType::F16, 2, 5, 1.0f},           // no rotary, norm only
-        {32, 8, 128, 128, true, 0, DType::F16, 1, 131000, 1.0f},  // 128K context: sincosf slow path
-        {8, 2, 64, 64, false, 2, DType::F16, 2, 262140, 0.8f},    // 256K, interleaved, mscale
+        {8, 4, 80, 40, true, 2, DType::F32, 7, 65000, 1.0f},           // generic head dim, large angles
+        {4, 4, 32, 0, true, 1, DType::F16, 2, 5, 1.0f},                // no rotary, norm only
+        {16, 2, 256, 64, true, 2, DType::F16, 4, 77, 1.0f, 16 * 256},  // qwen3.5 rows [q|k|v|gate]
+        {32, 8, 128, 128, true, 0, DType::F16, 1, 131000, 1.0f},       // 128K context: sincosf slow path
+        {8, 2, 64, 64, false, 2, DType::F16, 2, 262140, 0.8f},         // 256K, interleaved, mscale
     };
     // Small mode: the 256K case is dropped (the 128K one keeps sincosf's slow path) and the generic
     // head dim runs at position 650 (its cache would be 83 MB at 65000).

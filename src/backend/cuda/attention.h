@@ -32,6 +32,8 @@ struct KvView {
 // Graph-capturable.
 struct RopeStoreArgs {
     float* qkv = nullptr;
+    int64_t row_stride = 0;  // floats between token rows of qkv; 0 = q_dim + 2 * kv_dim (extra columns
+                             // after v, e.g. the gated attention's gate, are left alone)
     int n_tok = 1;
     int n_head = 0, n_kv_head = 0, head_dim = 0, n_rot = 0;
     bool neox = true;

@@ -145,6 +145,18 @@ __global__ void swiglu_stacked_kernel4(const float4* __restrict__ gu, float4* __
     }
 }
 
+// x [n_rows, x_stride], gate [n_rows, gate_stride]; one index per gated element.
+__global__ void sigmoid_gate_mul_kernel(float* x, int64_t x_stride, const float* __restrict__ gate,
+                                        int64_t gate_stride, int64_t n_rows, int64_t n) {
+    const int64_t total = n_rows * n;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t r = i / n, c = i - r * n;
+        const float g = gate[r * gate_stride + c];
+        x[r * x_stride + c] *= 1.0f / (1.0f + expf(-g));
+    }
+}
+
 __global__ void add_bias_kernel(float* y, const float* __restrict__ bias, int64_t n_rows, int64_t n) {
     const int64_t total = n_rows * n;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -241,6 +253,14 @@ void swiglu_stacked(const float* gu, float* y, int64_t n_rows, int64_t n_half, c
     } else {
         swiglu_stacked_kernel<<<grid_for(n_rows * n_half), kThreads, 0, stream>>>(gu, y, n_rows, n_half);
     }
+    PELICAN_CUDA_CHECK_LAUNCH();
+}
+
+void sigmoid_gate_mul(float* x, int64_t x_stride, const float* gate, int64_t gate_stride, int64_t n_rows,
+                      int64_t n, cudaStream_t stream) {
+    if (n_rows <= 0 || n <= 0) return;
+    sigmoid_gate_mul_kernel<<<grid_for(n_rows * n), kThreads, 0, stream>>>(x, x_stride, gate, gate_stride,
+                                                                           n_rows, n);
     PELICAN_CUDA_CHECK_LAUNCH();
 }
 

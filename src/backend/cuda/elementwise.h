@@ -22,6 +22,10 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t 
 void add_scaled(const float* a, const float* b, float s, float* y, int64_t n, cudaStream_t stream);
 // y[r, i] = silu(gu[r, i]) * gu[r, n_half + i]   (gu [n_rows, 2 * n_half]; y [n_rows, n_half])
 void swiglu_stacked(const float* gu, float* y, int64_t n_rows, int64_t n_half, cudaStream_t stream);
+// x[r, i] *= sigmoid(gate[r, i]) for r < n_rows, i < n (rows x_stride / gate_stride floats apart):
+// the gated attention's output gate (ops_qwen35.h ref::sigmoid_gate_mul per row).
+void sigmoid_gate_mul(float* x, int64_t x_stride, const float* gate, int64_t gate_stride, int64_t n_rows,
+                      int64_t n, cudaStream_t stream);
 // y[r, :] += bias  (y [n_rows, n])
 void add_bias(float* y, const float* bias, int64_t n_rows, int64_t n, cudaStream_t stream);
 // y = s * x

@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kWarps * 32) rope_store_kernel(const RopeStore
     const int hd = a.head_dim;
     const int64_t q_dim = static_cast<int64_t>(a.n_head) * hd,
                   kv_dim = static_cast<int64_t>(a.n_kv_head) * hd;
-    float* row = a.qkv + t * (q_dim + 2 * kv_dim);
+    float* row = a.qkv + t * (a.row_stride > 0 ? a.row_stride : q_dim + 2 * kv_dim);
     const int64_t pos = static_cast<int64_t>(*a.pos0_dev) + t;
     const bool f16 = a.kv.type == DType::F16;
 
