@@ -15,6 +15,7 @@
 
 #include "backend/cpu/mem_bandwidth.h"
 #include "core/thread_pool.h"
+#include "model/hybrid_hparams.h"
 #include "model/model.h"
 #include "pelican/engine.h"
 #include "runtime/forward_factory.h"
@@ -23,6 +24,7 @@
 
 #ifdef PELICAN_HAVE_CUDA
 #include "backend/cuda/cuda_forward.h"
+#include "backend/cuda/cuda_hybrid_forward.h"
 #include "backend/cuda/device_info.h"
 #endif
 
@@ -147,9 +149,18 @@ KvBytes decode_kv_bytes(const Model& model, int64_t depth, int64_t n_gen, int el
     for (int64_t pos = depth; pos < depth + n_gen; ++pos)
         sum += static_cast<double>(hp.sliding_window > 0 ? std::min(pos + 1, hp.sliding_window) : pos + 1);
     r.mean_positions = sum / static_cast<double>(n_gen);
-    // K and V, every layer (fp32 in model/kv_cache.h; the GPU cache may be F16).
-    const double row_bytes = static_cast<double>(2 * hp.n_layer * hp.kv_dim()) * elem_bytes;
+    // K and V of every attention layer (fp32 in model/kv_cache.h; the GPU cache may be F16). The
+    // hybrid stack caches K/V in its full-attention layers only; each of its DeltaNet layers reads
+    // and writes its fp32 recurrent state (S and the conv inputs) once per token instead.
+    const int64_t kv_layers = hp.hybrid ? hp.hybrid->n_full_layers() : hp.n_layer;
+    const double row_bytes = static_cast<double>(2 * kv_layers * hp.kv_dim()) * elem_bytes;
     r.bytes_per_token = row_bytes * r.mean_positions;
+    if (hp.hybrid) {
+        const HybridHParams& h = *hp.hybrid;
+        const double state =
+            static_cast<double>(h.linear.state_floats() + (h.conv_kernel - 1) * h.linear.conv_dim());
+        r.bytes_per_token += 2.0 * static_cast<double>(h.n_linear_layers()) * state * sizeof(float);
+    }
     return r;
 }
 
@@ -223,6 +234,12 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
         r.model.decode_weight_bytes = static_cast<int64_t>(cf->weights().decode_read_bytes());
         r.kv = decode_kv_bytes(engine.model(), p.depth, p.n_gen, cf->kv_type() == DType::F32 ? 4 : 2);
         r.kv_type = std::string(dtype_name(cf->kv_type()));
+    }
+    if (auto* hf = dynamic_cast<cuda::CudaHybridForward*>(fwd.get())) {
+        // Weights one step reads: dense parts, k of the E routed experts, the LM head.
+        r.model.decode_weight_bytes = static_cast<int64_t>(hf->weights().decode_read_bytes());
+        r.kv = decode_kv_bytes(engine.model(), p.depth, p.n_gen, hf->kv_type() == DType::F32 ? 4 : 2);
+        r.kv_type = std::string(dtype_name(hf->kv_type()));
     }
 #endif
 

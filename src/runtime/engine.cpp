@@ -67,6 +67,10 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
     PELICAN_ASSIGN(e->model_, Model::load(path, ModelLoadOptions{.allow_repack = !gpu && opt.allow_repack}));
     if (gpu) {
         Status s = gpu_supports(*e->model_);
+        // The hybrid Qwen3.5 GPU pass is new: only an explicit --device cuda selects it for now.
+        if (s.ok() && e->model_->arch().hybrid && opt.device != Device::kCuda)
+            s = make_error("the {} GPU pass is experimental; pass --device cuda to use it",
+                           e->model_->arch().name);
         if (s.ok()) {
             auto gm = upload_gpu_model(*e->model_);
             if (gm.ok())

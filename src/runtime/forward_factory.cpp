@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_forward.h"
+#include "backend/cuda/cuda_hybrid_forward.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/gpu_model.h"
 #endif
@@ -51,7 +52,6 @@ std::string gpu_description() {
 }
 
 Status gpu_supports(const Model& model) {
-    if (model.arch().hybrid) return make_error("{} models are not supported on CUDA yet", model.arch().name);
 #ifdef PELICAN_HAVE_CUDA
     return cuda::gpu_supports_model(model);
 #else
@@ -83,11 +83,13 @@ Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Model& model, c
             return std::unique_ptr<ForwardPass>(std::move(f));
         }
         case Device::kCuda: {
-            if (model.arch().hybrid)
-                return make_error("{} models are not supported on CUDA yet; use --device cpu (or auto)",
-                                  model.arch().name);
 #ifdef PELICAN_HAVE_CUDA
             if (!gpu) return make_error("CUDA forward pass: the model's weights are not on the GPU");
+            if (gpu->hybrid()) {
+                PELICAN_ASSIGN(std::unique_ptr<cuda::CudaHybridForward> h,
+                               cuda::CudaHybridForward::create(gpu, opt));
+                return std::unique_ptr<ForwardPass>(std::move(h));
+            }
             PELICAN_ASSIGN(std::unique_ptr<cuda::CudaForward> f, cuda::CudaForward::create(gpu, opt));
             return std::unique_ptr<ForwardPass>(std::move(f));
 #else

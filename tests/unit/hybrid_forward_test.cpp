@@ -201,11 +201,12 @@ TEST(HybridForward, EngineGeneratesAndCudaIsRefusedClearly) {
     ASSERT_TRUE(r2.ok()) << r2.error().message;
     EXPECT_EQ(r2->tokens, r->tokens);
 
+    // A CUDA pass needs the weights on the GPU (or, built without CUDA, says so).
     auto cuda = create_forward_pass(*fx.model, ForwardOptions{.n_ctx = 16}, Device::kCuda, nullptr);
     ASSERT_FALSE(cuda.ok());
-    EXPECT_NE(cuda.error().message.find("not supported on CUDA yet"), std::string::npos)
+    EXPECT_TRUE(cuda.error().message.find("not on the GPU") != std::string::npos ||
+                cuda.error().message.find("without the CUDA backend") != std::string::npos)
         << cuda.error().message;
-    EXPECT_FALSE(gpu_supports(*fx.model).ok());
 }
 
 TEST(HybridForward, MissingTensorIsNamed) {

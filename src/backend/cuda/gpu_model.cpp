@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/gpu_upload.h"
 #include "core/format_bytes.h"
 #include "core/log.h"
 #include "model/model.h"
@@ -21,74 +22,13 @@ namespace {
 // Architectures whose forward pass is the shared dense block (model/forward.h) mirrored here.
 constexpr std::array<std::string_view, 5> kDenseArchs = {"llama", "mistral", "qwen2", "qwen3", "granite"};
 
-std::string gpu_memory_note() {
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-        cudaGetLastError();
-        return "GPU memory unknown";
-    }
-    return fmt::format("GPU memory free {} of {}", human_bytes(free_b), human_bytes(total_b));
-}
-
-Status check_matrix(const cpu::Weight& w, const std::string& name) {
-    if (w.layout() != cpu::Weight::Layout::kRows)
-        return make_error(
-            "{}: the weights were repacked for the CPU backend; load the model with allow_repack = false "
-            "(EngineOptions.device = cuda does) to run it on the GPU",
-            name);
-    if (!gpu_matmul_supported(w.type()))
-        return make_error(
-            "{}: type {} is not supported by the GPU matmul (supported: f32, f16, bf16, q8_0, "
-            "q4_0, q4_k, q6_k)",
-            name, dtype_name(w.type()));
-    return {};
-}
-
-std::string layer_name(int il, std::string_view what) { return fmt::format("blk.{}.{}", il, what); }
-
-// fp32 vectors gathered on the host, then uploaded as one allocation. Slices start on 256-byte
-// boundaries. Pointers are patched once the device base address is known.
-class VecArena {
-public:
-    // Appends the concatenation of parts (nullptr parts are zeros); returns nothing when every
-    // part is absent (the destination stays nullptr).
-    void add(const float** dst, std::initializer_list<std::pair<const float*, int64_t>> parts) {
-        bool any = false;
-        for (const auto& [p, n] : parts) any |= p != nullptr;
-        if (!any) return;
-        const size_t off = host_.size();
-        for (const auto& [p, n] : parts) {
-            if (p)
-                host_.insert(host_.end(), p, p + n);
-            else
-                host_.insert(host_.end(), static_cast<size_t>(n), 0.0f);
-        }
-        host_.resize((host_.size() + 63) / 64 * 64, 0.0f);
-        fixups_.push_back({dst, off});
-    }
-    size_t bytes() const { return host_.size() * sizeof(float); }
-    Status upload(DeviceBuffer& out) {
-        if (host_.empty()) return {};
-        out = DeviceBuffer(bytes());
-        if (!out.ok())
-            return make_error("allocating {} of norms, biases and rope frequencies on the GPU failed ({})",
-                              human_bytes(bytes()), gpu_memory_note());
-        PELICAN_CUDA_CHECK(cudaMemcpy(out.get(), host_.data(), bytes(), cudaMemcpyHostToDevice));
-        for (const auto& [dst, off] : fixups_) *dst = out.as<float>() + off;
-        return {};
-    }
-
-private:
-    std::vector<float> host_;
-    std::vector<std::pair<const float**, size_t>> fixups_;
-};
-
 }  // namespace
 
 Status gpu_supports_model(const Model& model) {
     const ModelHParams& hp = model.hparams();
     const ModelWeights& w = model.weights();
     const std::string_view arch = model.arch().name;
+    if (model.arch().hybrid) return gpu_supports_hybrid(model);
     if (std::find(kDenseArchs.begin(), kDenseArchs.end(), arch) == kDenseArchs.end())
         return make_error("{}: architecture {} has no GPU forward pass", model.path(), arch);
     if (hp.n_vocab > INT32_MAX || hp.n_embd > INT32_MAX)
@@ -102,11 +42,11 @@ Status gpu_supports_model(const Model& model) {
             {&l.wq, "attn_q"},       {&l.wk, "attn_k"},   {&l.wv, "attn_v"},      {&l.wo, "attn_output"},
             {&l.w_gate, "ffn_gate"}, {&l.w_up, "ffn_up"}, {&l.w_down, "ffn_down"}};
         for (const auto& [m, name] : ms) {
-            Status s = check_matrix(*m, layer_name(il, name));
+            Status s = check_gpu_matrix(*m, gpu_layer_name(il, name));
             if (!s.ok()) return make_error("{}: {}", model.path(), s.error().message);
         }
     }
-    Status s = check_matrix(w.output, w.tied_output ? "token_embd (tied output)" : "output");
+    Status s = check_gpu_matrix(w.output, w.tied_output ? "token_embd (tied output)" : "output");
     if (!s.ok()) return make_error("{}: {}", model.path(), s.error().message);
     return {};
 }
@@ -121,6 +61,7 @@ void GpuModel::free_all() {
         free_matrix(l.down);
     }
     layers_.clear();
+    free_hybrid();
     free_matrix(output_);
 }
 
@@ -140,84 +81,49 @@ Expected<std::unique_ptr<GpuModel>> GpuModel::upload(const Model& model, bool lo
         ~StreamGuard() { PELICAN_CUDA_CHECK(cudaStreamDestroy(s)); }
     } guard{stream};
 
-    // One GpuMatrix from same-typed weights stacked along n_out.
-    const auto upload_stack = [&](std::span<const cpu::Weight* const> ws, const std::string& name,
-                                  GpuMatrix& out) -> Status {
-        std::vector<HostRows> parts;
-        size_t host_bytes = 0;
-        int64_t n_out = 0;
-        for (const cpu::Weight* m : ws) {
-            parts.push_back({m->data(), static_cast<size_t>(m->row_stride()), m->n_out()});
-            host_bytes += static_cast<size_t>(m->bytes());
-            n_out += m->n_out();
-        }
-        const char* err = nullptr;
-        const cpu::Weight& first = *ws.front();
-        if (!upload_matrix(first.type(), first.n_in(), parts.data(), static_cast<int>(parts.size()), out,
-                           stream, &err))
-            return make_error("{}: uploading {} ({} [{} x {}], {}) to the GPU failed: {} ({})", model.path(),
-                              name, dtype_name(first.type()), n_out, first.n_in(), human_bytes(host_bytes),
-                              err ? err : "unknown error", gpu_memory_note());
-        g->device_bytes_ += out.bytes;
-        g->decode_read_bytes_ += out.read_bytes;
-        if (first.type() != DType::F32) g->all_f32_ = false;
-        return {};
-    };
-    // Consecutive same-typed weights form one part.
-    const auto upload_parts = [&](std::span<const cpu::Weight* const> ws, std::span<const char* const> names,
-                                  int il, std::vector<GpuPart>& out) -> Status {
-        int64_t row0 = 0;
-        for (size_t i = 0; i < ws.size();) {
-            size_t j = i + 1;
-            while (j < ws.size() && ws[j]->type() == ws[i]->type()) ++j;
-            std::string name;
-            int64_t rows = 0;
-            for (size_t k = i; k < j; ++k) {
-                if (k != i) name += '+';
-                name += names[k];
-                rows += ws[k]->n_out();
-            }
-            out.push_back(GpuPart{GpuMatrix{}, row0});
-            PELICAN_TRY(upload_stack(ws.subspan(i, j - i), layer_name(il, name), out.back().m));
-            row0 += rows;
-            i = j;
-        }
-        return {};
-    };
-
+    Uploader up(model.path(), stream);
+    const auto seg = [](const cpu::Weight& w, const char* name) { return RowSegment{&w, name, {}}; };
     VecArena vecs;
+    size_t vec_read = 0;  // fp32 vector bytes one decode step reads
     const int64_t e = hp.n_embd, q = hp.q_dim(), kv = hp.kv_dim(), ff = hp.n_ff, hd = hp.head_dim;
-    g->layers_.resize(static_cast<size_t>(hp.n_layer));
-    for (int il = 0; il < hp.n_layer; ++il) {
-        const LayerWeights& l = w.layers[static_cast<size_t>(il)];
-        GpuLayer& gl = g->layers_[static_cast<size_t>(il)];
-        const cpu::Weight* qkv[3] = {&l.wq, &l.wk, &l.wv};
-        const char* qkv_names[3] = {"attn_q", "attn_k", "attn_v"};
-        PELICAN_TRY(upload_parts(qkv, qkv_names, il, gl.qkv));
-        const cpu::Weight* gu[2] = {&l.w_gate, &l.w_up};
-        const char* gu_names[2] = {"ffn_gate", "ffn_up"};
-        PELICAN_TRY(upload_parts(gu, gu_names, il, gl.gate_up));
-        const cpu::Weight* wo[1] = {&l.wo};
-        PELICAN_TRY(upload_stack(wo, layer_name(il, "attn_output"), gl.wo));
-        const cpu::Weight* down[1] = {&l.w_down};
-        PELICAN_TRY(upload_stack(down, layer_name(il, "ffn_down"), gl.down));
+    if (model.arch().hybrid) {
+        PELICAN_TRY(g->upload_hybrid(up, vecs, &vec_read));
+    } else {
+        g->layers_.resize(static_cast<size_t>(hp.n_layer));
+        for (int il = 0; il < hp.n_layer; ++il) {
+            const LayerWeights& l = w.layers[static_cast<size_t>(il)];
+            GpuLayer& gl = g->layers_[static_cast<size_t>(il)];
+            const RowSegment qkv[3] = {seg(l.wq, "attn_q"), seg(l.wk, "attn_k"), seg(l.wv, "attn_v")};
+            PELICAN_TRY(up.parts(qkv, il, gl.qkv));
+            const RowSegment gu[2] = {seg(l.w_gate, "ffn_gate"), seg(l.w_up, "ffn_up")};
+            PELICAN_TRY(up.parts(gu, il, gl.gate_up));
+            const cpu::Weight* wo[1] = {&l.wo};
+            PELICAN_TRY(up.stack(wo, gpu_layer_name(il, "attn_output"), gl.wo));
+            const cpu::Weight* down[1] = {&l.w_down};
+            PELICAN_TRY(up.stack(down, gpu_layer_name(il, "ffn_down"), gl.down));
 
-        vecs.add(&gl.attn_norm, {{l.attn_norm, e}});
-        vecs.add(&gl.ffn_norm, {{l.ffn_norm, e}});
-        vecs.add(&gl.q_norm, {{l.q_norm, hd}});
-        vecs.add(&gl.k_norm, {{l.k_norm, hd}});
-        vecs.add(&gl.b_qkv, {{l.bq, q}, {l.bk, kv}, {l.bv, kv}});
-        vecs.add(&gl.b_o, {{l.bo, e}});
-        vecs.add(&gl.b_gate_up, {{l.b_gate, ff}, {l.b_up, ff}});
-        vecs.add(&gl.b_down, {{l.b_down, e}});
-        const int64_t n_vec = 2 * e + (l.q_norm ? 2 * hd : 0) + (l.bq || l.bk || l.bv ? q + 2 * kv : 0) +
-                              (l.bo ? e : 0) + (l.b_gate || l.b_up ? 2 * ff : 0) + (l.b_down ? e : 0);
-        g->decode_read_bytes_ += static_cast<size_t>(n_vec) * sizeof(float);
+            vecs.add(&gl.attn_norm, {{l.attn_norm, e}});
+            vecs.add(&gl.ffn_norm, {{l.ffn_norm, e}});
+            vecs.add(&gl.q_norm, {{l.q_norm, hd}});
+            vecs.add(&gl.k_norm, {{l.k_norm, hd}});
+            vecs.add(&gl.b_qkv, {{l.bq, q}, {l.bk, kv}, {l.bv, kv}});
+            vecs.add(&gl.b_o, {{l.bo, e}});
+            vecs.add(&gl.b_gate_up, {{l.b_gate, ff}, {l.b_up, ff}});
+            vecs.add(&gl.b_down, {{l.b_down, e}});
+            const int64_t n_vec = 2 * e + (l.q_norm ? 2 * hd : 0) + (l.bq || l.bk || l.bv ? q + 2 * kv : 0) +
+                                  (l.bo ? e : 0) + (l.b_gate || l.b_up ? 2 * ff : 0) + (l.b_down ? e : 0);
+            vec_read += static_cast<size_t>(n_vec) * sizeof(float);
+        }
     }
     const cpu::Weight* out[1] = {&w.output};
-    PELICAN_TRY(upload_stack(out, w.tied_output ? "token_embd (tied output)" : "output", g->output_));
+    PELICAN_TRY(up.stack(out, w.tied_output ? "token_embd (tied output)" : "output", g->output_));
     vecs.add(&g->output_norm_, {{w.output_norm, e}});
-    g->decode_read_bytes_ += static_cast<size_t>(e) * sizeof(float);
+    vec_read += static_cast<size_t>(e) * sizeof(float);
+    g->device_bytes_ += up.device_bytes;
+    // Hybrid: only the routed experts a token picks are read (hybrid_read_bytes_ counts k of E).
+    g->decode_read_bytes_ +=
+        (g->hybrid_ ? g->hybrid_read_bytes_ + g->output_.read_bytes : up.read_bytes) + vec_read;
+    g->all_f32_ = up.all_f32;
     vecs.add(&g->inv_freq_, {{hp.inv_freq.data(), static_cast<int64_t>(hp.inv_freq.size())}});
     PELICAN_TRY(vecs.upload(g->vectors_));
     g->device_bytes_ += g->vectors_.size();
@@ -251,6 +157,7 @@ Expected<std::unique_ptr<GpuModel>> GpuModel::upload(const Model& model, bool lo
             a.residual = residual ? &kSet : nullptr;
             gemv_autotune(m, a, stream);
         };
+        g->tune_hybrid(tune);
         for (GpuLayer& gl : g->layers_) {
             for (GpuPart& p : gl.qkv) tune(p.m, true, false, false);
             for (GpuPart& p : gl.gate_up) tune(p.m, true, gl.gate_up.size() == 1, false);

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,9 @@ class Model;
 }
 
 namespace pelican::cuda {
+
+class Uploader;  // gpu_upload.h
+class VecArena;
 
 // One stacked part: rows [row0, row0 + m.n_out) of the block's output.
 struct GpuPart {
@@ -50,10 +54,58 @@ struct GpuLayer {
     const float* b_down = nullptr;     // [n_embd]
 };
 
-// Whether the GPU forward pass can run this model: a dense Llama-family architecture, every
-// matrix of a GPU matmul type, an embedding get_rows can read, GGUF-row (not repacked) weights.
+// ---- the hybrid Qwen3.5 stack (qwen35moe / qwen35; model/hybrid_weights.h) ----------------------
+// Zero-centred norm weights stay as stored (the kernels use 1 + w).
+
+// Gated DeltaNet mixer.
+struct GpuDeltaNet {
+    std::vector<GpuPart> in_proj;    // outputs [conv_dim (Q|K|V) | value_dim (z) | n_v (b) | n_v (a)]
+    GpuMatrix out;                   // [n_embd, value_dim]
+    const float* conv = nullptr;     // [conv_dim, kernel]
+    const float* dt_bias = nullptr;  // [n_v_heads]
+    const float* a_log = nullptr;    // [n_v_heads]
+    const float* norm = nullptr;     // [d_v] RMSNormGated weight (plain)
+};
+
+// Gated full attention: wq's per-head query rows, K, V, then wq's per-head gate rows.
+struct GpuGatedAttention {
+    std::vector<GpuPart> qkvg;      // outputs [q_dim | kv_dim | kv_dim | q_dim (gate)]
+    GpuMatrix wo;                   // [n_embd, q_dim]
+    const float* q_norm = nullptr;  // [head_dim] zero-centred
+    const float* k_norm = nullptr;
+};
+
+// Routed experts (all E stacked in one matrix per projection) + the sigmoid-gated shared expert.
+struct GpuMoe {
+    std::vector<GpuPart> router;          // outputs [n_expert | 1 (shared expert gate logit)]
+    GpuMatrix experts_gate_up;            // E blocks of [gate (n_ff_expert rows); up (n_ff_expert rows)]
+    GpuMatrix experts_down;               // E blocks of n_embd rows (input n_ff_expert)
+    std::vector<GpuPart> shared_gate_up;  // outputs [gate (n_ff_shared) | up (n_ff_shared)]
+    GpuMatrix shared_down;                // [n_embd, n_ff_shared]
+};
+
+// Dense SwiGLU MLP (qwen35).
+struct GpuMlp {
+    std::vector<GpuPart> gate_up;  // outputs [gate | up]
+    GpuMatrix down;
+};
+
+struct GpuHybridLayer {
+    bool full_attention = false;
+    const float* attn_norm = nullptr;  // [n_embd] zero-centred
+    const float* ffn_norm = nullptr;   // [n_embd] zero-centred
+    GpuDeltaNet linear;                // when !full_attention
+    GpuGatedAttention attn;            // when full_attention
+    GpuMoe moe;                        // qwen35moe
+    GpuMlp mlp;                        // qwen35
+};
+
+// Whether the GPU forward pass can run this model: a dense Llama-family architecture or the hybrid
+// Qwen3.5 stack, every matrix of a GPU matmul type (routed experts of one type per projection), an
+// embedding get_rows can read, GGUF-row (not repacked) weights.
 // The error says which tensor or property is not supported.
 Status gpu_supports_model(const Model& model);
+Status gpu_supports_hybrid(const Model& model);  // the hybrid part of the above (gpu_model_hybrid.cpp)
 
 class GpuModel {
 public:
@@ -68,6 +120,10 @@ public:
     const Model& model() const { return model_; }
     const GpuLayer& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
     int n_layer() const { return static_cast<int>(layers_.size()); }
+    // The hybrid Qwen3.5 stack (layers() is then empty): its layers in order.
+    bool hybrid() const { return hybrid_; }
+    const GpuHybridLayer& hybrid_layer(int i) const { return hybrid_layers_[static_cast<size_t>(i)]; }
+    int n_hybrid_layer() const { return static_cast<int>(hybrid_layers_.size()); }
     const GpuMatrix& output() const { return output_; }  // [n_vocab, n_embd] LM head
     const float* output_norm() const { return output_norm_; }
     const float* inv_freq() const { return inv_freq_; }       // [rope_dim / 2], scaling applied
@@ -84,9 +140,17 @@ public:
 private:
     explicit GpuModel(const Model& m) : model_(m) {}
     void free_all();
+    // gpu_model_hybrid.cpp: the hybrid layers (up: the uploader of upload(); vecs: its fp32 arena;
+    // vec_read: += the vector bytes one decode step reads), their GEMV tuning, and freeing.
+    Status upload_hybrid(Uploader& up, VecArena& vecs, size_t* vec_read);
+    void tune_hybrid(const std::function<void(GpuMatrix&, bool norm, bool glu, bool residual)>& tune);
+    void free_hybrid();
 
     const Model& model_;
     std::vector<GpuLayer> layers_;
+    bool hybrid_ = false;
+    std::vector<GpuHybridLayer> hybrid_layers_;
+    size_t hybrid_read_bytes_ = 0;  // matrix bytes of one decode step (routed experts: k of E)
     GpuMatrix output_;
     DeviceBuffer vectors_;  // every fp32 vector, 256-byte aligned slices
     DeviceBuffer tok_embd_;

@@ -1,0 +1,329 @@
+// CudaHybridForward: creation, buffers, eval, graphs (see cuda_hybrid_forward.h). The per-layer
+// blocks are in cuda_hybrid_layers.cpp.
+#include "backend/cuda/cuda_hybrid_forward.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gpu_upload.h"
+#include "core/format_bytes.h"
+#include "model/hybrid_hparams.h"
+#include "model/model.h"
+
+namespace pelican::cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Consecutive 256-byte aligned slices of one allocation.
+class Carver {
+public:
+    size_t add(size_t bytes) {
+        const size_t off = total_;
+        total_ += round_up(bytes);
+        return off;
+    }
+    size_t total() const { return total_; }
+
+private:
+    size_t total_ = 0;
+};
+
+}  // namespace
+
+CudaHybridForward::Pinned::~Pinned() {
+    if (p) PELICAN_CUDA_CHECK(cudaFreeHost(p));
+}
+
+CudaHybridForward::CudaHybridForward(std::shared_ptr<const GpuModel> gm, int64_t n_ctx, int64_t n_batch,
+                                     bool use_graph)
+    : gm_(std::move(gm)),
+      model_(gm_->model()),
+      hp_(model_.hparams()),
+      n_ctx_(n_ctx),
+      n_batch_(n_batch),
+      want_graph_(use_graph) {}
+
+CudaHybridForward::~CudaHybridForward() {
+    if (stream_) PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (step_exec_) PELICAN_CUDA_CHECK(cudaGraphExecDestroy(step_exec_));
+    if (step_ev_) PELICAN_CUDA_CHECK(cudaEventDestroy(step_ev_));
+    if (prompt_ev_) PELICAN_CUDA_CHECK(cudaEventDestroy(prompt_ev_));
+    if (stream_) PELICAN_CUDA_CHECK(cudaStreamDestroy(stream_));
+}
+
+Expected<std::unique_ptr<CudaHybridForward>> CudaHybridForward::create(
+    std::shared_ptr<const GpuModel> weights, const ForwardOptions& opt, bool use_graph) {
+    if (!weights || !weights->hybrid())
+        return make_error("CUDA hybrid forward pass: no hybrid GPU weights given");
+    if (opt.n_ctx <= 0) return make_error("context size must be positive, got {}", opt.n_ctx);
+    if (opt.n_ctx > INT32_MAX)
+        return make_error("context size {} is too large for the GPU pass (at most {})", opt.n_ctx, INT32_MAX);
+    if (opt.n_batch <= 0) return make_error("batch size must be positive, got {}", opt.n_batch);
+    std::unique_ptr<CudaHybridForward> f(
+        new CudaHybridForward(std::move(weights), opt.n_ctx, std::min(opt.n_batch, opt.n_ctx), use_graph));
+    PELICAN_TRY(f->init());
+    return f;
+}
+
+Status CudaHybridForward::init() {
+    const HybridHParams& hy = *hp_.hybrid;
+    const DeltaNetShape& s = hy.linear;
+    const int64_t E = hp_.n_embd, Q = hp_.q_dim(), KV = hp_.kv_dim(), V = hp_.n_vocab;
+    const size_t M = kMicro, f = sizeof(float);
+    PELICAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&step_ev_, cudaEventDisableTiming));
+    PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&prompt_ev_, cudaEventDisableTiming));
+
+    kv_slot_.assign(static_cast<size_t>(hp_.n_layer), -1);
+    rec_slot_.assign(static_cast<size_t>(hp_.n_layer), -1);
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        if (gm_->hybrid_layer(il).full_attention)
+            kv_slot_[static_cast<size_t>(il)] = n_full_++;
+        else
+            rec_slot_[static_cast<size_t>(il)] = n_linear_++;
+    }
+    w_dn_ = s.conv_dim() + s.value_dim() + 2 * s.n_v_heads;
+    w_at_ = 2 * Q + 2 * KV;
+
+    // KV cache of the full-attention layers (F32 when every matrix is F32, as CudaForward) and the
+    // recurrent state of the DeltaNet layers (conv inputs + fp32 S).
+    const size_t elem = gm_->all_f32() ? 4 : 2;
+    const size_t kv_half = static_cast<size_t>(std::max(n_full_, 1)) * static_cast<size_t>(n_ctx_) *
+                           static_cast<size_t>(KV) * elem;
+    kv_k_ = DeviceBuffer(kv_half);
+    kv_v_ = DeviceBuffer(kv_half);
+    conv_floats_ = static_cast<size_t>(hy.conv_kernel - 1) * static_cast<size_t>(s.conv_dim());
+    ssm_floats_ = static_cast<size_t>(s.state_floats());
+    state_ = DeviceBuffer(static_cast<size_t>(std::max(n_linear_, 1)) * (conv_floats_ + ssm_floats_) * f);
+    if (!kv_k_.ok() || !kv_v_.ok() || !state_.ok())
+        return make_error(
+            "the KV cache for {} positions ({}) and the recurrent state ({}) do not fit in GPU "
+            "memory ({}); use a smaller context",
+            n_ctx_, human_bytes(2 * kv_half), human_bytes(state_.size()), gpu_memory_note());
+
+    int64_t ff = 0, ff_sh = 0;
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const GpuHybridLayer& L = gm_->hybrid_layer(il);
+        for (const auto* parts : {&L.mlp.gate_up, &L.moe.shared_gate_up}) {
+            int64_t rows = 0;
+            for (const GpuPart& p : *parts) rows += p.m.n_out;
+            ff = std::max(ff, rows / 2);
+        }
+    }
+    ff_sh = ff;
+    const int k = std::max(hy.n_expert_used, 1);
+    const int64_t ff_e = std::max<int64_t>(hy.n_ff_expert, 1);
+    const size_t attn_ws_bytes = attention_workspace_bytes(n_ctx_, static_cast<int>(hp_.n_head),
+                                                           static_cast<int>(hp_.head_dim), kMicro);
+    Carver c;
+    const size_t o_x = c.add(M * E * f), o_proj = c.add(M * std::max(w_dn_, w_at_) * f),
+                 o_conv = c.add(M * s.conv_dim() * f), o_core = c.add(M * std::max(s.value_dim(), Q) * f),
+                 o_gu = c.add(M * 2 * std::max<int64_t>(ff, 1) * f),
+                 o_act = c.add(M * std::max<int64_t>(ff_sh, 1) * f),
+                 o_router = c.add(M * (hy.n_expert + 1) * f), o_ids = c.add(M * k * 4),
+                 o_wts = c.add(M * k * f), o_eact = c.add(M * k * ff_e * f), o_eout = c.add(M * k * E * f),
+                 o_sout = c.add(M * E * f), o_logits = c.add(M * V * f), o_aws = c.add(attn_ws_bytes);
+    scratch_ = DeviceBuffer(c.total());
+    if (!scratch_.ok())
+        return make_error("GPU scratch ({}) does not fit in GPU memory ({})", human_bytes(c.total()),
+                          gpu_memory_note());
+    auto* base = scratch_.as<std::byte>();
+    const auto at = [&](size_t off) { return reinterpret_cast<float*>(base + off); };
+    x_ = at(o_x);
+    proj_ = at(o_proj);
+    conv_ = at(o_conv);
+    core_ = at(o_core);
+    gu_ = at(o_gu);
+    act_ = at(o_act);
+    router_ = at(o_router);
+    ids_ = reinterpret_cast<int32_t*>(base + o_ids);
+    wts_ = at(o_wts);
+    eact_ = at(o_eact);
+    eout_ = at(o_eout);
+    sout_ = at(o_sout);
+    logits_ = at(o_logits);
+    attn_ws_ = base + o_aws;
+    PELICAN_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch_.size(), stream_));  // the attention
+    // workspace must start zeroed; the rest so that no kernel ever reads uninitialised memory
+    reset_state();
+
+    Carver d;
+    const int64_t n_micro = (n_batch_ + kMicro - 1) / kMicro;
+    const size_t o_step = d.add(sizeof(StepInput)), o_ids_dev = d.add(static_cast<size_t>(n_batch_) * 4),
+                 o_pos = d.add(static_cast<size_t>(n_micro) * 4),
+                 o_rope = d.add(static_cast<size_t>(n_ctx_) *
+                                static_cast<size_t>(std::max<int64_t>(hp_.rope_dim, 1)) * f);
+    io_ = DeviceBuffer(d.total());
+    if (!io_.ok())
+        return make_error("GPU input buffers ({}): out of memory ({})", human_bytes(d.total()),
+                          gpu_memory_note());
+    auto* io = io_.as<std::byte>();
+    step_in_ = reinterpret_cast<StepInput*>(io + o_step);
+    ids_dev_ = reinterpret_cast<int32_t*>(io + o_ids_dev);
+    pos_dev_ = reinterpret_cast<int32_t*>(io + o_pos);
+    PELICAN_CUDA_CHECK(cudaMemsetAsync(io_.get(), 0, io_.size(), stream_));
+    if (hp_.rope_dim > 0 && gm_->inv_freq()) {
+        rope_table_ = reinterpret_cast<float*>(io + o_rope);
+        rope_table_build(gm_->inv_freq(), static_cast<int>(hp_.rope_dim), n_ctx_, hp_.rope_attn_factor,
+                         rope_table_, stream_);
+    }
+
+    const auto pin = [](Pinned& p, size_t bytes, const char* what) -> Status {
+        if (cudaMallocHost(&p.p, bytes) != cudaSuccess) {
+            cudaGetLastError();
+            p.p = nullptr;
+            return make_error("allocating {} of pinned host memory ({}) failed", human_bytes(bytes), what);
+        }
+        std::memset(p.p, 0, bytes);
+        return {};
+    };
+    PELICAN_TRY(pin(step_pin_, sizeof(StepInput), "decode inputs"));
+    PELICAN_TRY(pin(prompt_pin_, static_cast<size_t>(n_batch_ + n_micro) * 4, "prompt tokens"));
+    PELICAN_TRY(pin(logits_pin_, static_cast<size_t>(V) * f, "logits"));
+
+    // The one-token step: an eager run first (one-time kernel setup outside the capture; it writes
+    // state and K/V row 0, so the state is reset after), then the capture.
+    enqueue_micro(1, &step_in_->token, &step_in_->pos, false);
+    PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (want_graph_) {
+        cudaGraph_t graph = nullptr;
+        PELICAN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        enqueue_micro(1, &step_in_->token, &step_in_->pos, false);
+        PELICAN_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        PELICAN_CUDA_CHECK(cudaGraphInstantiate(&step_exec_, graph, 0));
+        PELICAN_CUDA_CHECK(cudaGraphDestroy(graph));
+        PELICAN_CUDA_CHECK(cudaGraphUpload(step_exec_, stream_));
+    }
+    reset_state();
+    PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return {};
+}
+
+KvView CudaHybridForward::kv(int slot) const {
+    const size_t elem = gm_->all_f32() ? 4 : 2;
+    const size_t layer_bytes = static_cast<size_t>(n_ctx_) * static_cast<size_t>(hp_.kv_dim()) * elem;
+    KvView v;
+    v.k = kv_k_.as<std::byte>() + static_cast<size_t>(slot) * layer_bytes;
+    v.v = kv_v_.as<std::byte>() + static_cast<size_t>(slot) * layer_bytes;
+    v.type = gm_->all_f32() ? DType::F32 : DType::F16;
+    v.n_ctx = n_ctx_;
+    return v;
+}
+
+float* CudaHybridForward::conv_state(int slot) const {
+    return state_.as<float>() + static_cast<size_t>(slot) * (conv_floats_ + ssm_floats_);
+}
+float* CudaHybridForward::ssm_state(int slot) const { return conv_state(slot) + conv_floats_; }
+
+void CudaHybridForward::reset_state() {
+    PELICAN_CUDA_CHECK(cudaMemsetAsync(state_.get(), 0, state_.size(), stream_));
+}
+
+// ---- eval ---------------------------------------------------------------------------------------
+
+Status CudaHybridForward::eval(std::span<const int32_t> tokens, int64_t pos0, ThreadPool& pool,
+                               std::span<float> all_logits) {
+    (void)pool;
+    const auto n = static_cast<int64_t>(tokens.size());
+    if (n == 0) return make_error("eval: no tokens");
+    if (pos0 < 0 || pos0 + n > n_ctx_)
+        return make_error("eval: positions {}..{} do not fit the context of {} tokens", pos0, pos0 + n - 1,
+                          n_ctx_);
+    if (pos0 > n_past())
+        return make_error(
+            "eval: position {} skips past the {} evaluated tokens (the recurrent state needs "
+            "every position in order)",
+            pos0, n_past());
+    for (int64_t i = 0; i < n; ++i)
+        if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab)
+            return make_error("eval: token id {} (at index {}) is outside the vocabulary of {}", tokens[i], i,
+                              hp_.n_vocab);
+    const int64_t V = hp_.n_vocab;
+    if (!all_logits.empty() && static_cast<int64_t>(all_logits.size()) != n * V)
+        return make_error("eval: all_logits holds {} floats, expected {} tokens x {} vocab",
+                          all_logits.size(), n, V);
+    host_logits_valid_ = false;
+    if (pos0 < n_past()) {  // rewind: replay the kept prefix from a reset state
+        std::vector<int32_t> keep(history_.begin(), history_.begin() + pos0);
+        history_.clear();
+        reset_state();
+        if (!keep.empty()) PELICAN_TRY(run_tokens(keep, 0, {}));
+    }
+    PELICAN_TRY(run_tokens(tokens, pos0, all_logits));
+    return {};
+}
+
+Status CudaHybridForward::run_tokens(std::span<const int32_t> tokens, int64_t pos0,
+                                     std::span<float> all_logits) {
+    const auto n = static_cast<int64_t>(tokens.size());
+    const int64_t V = hp_.n_vocab;
+    if (n == 1 && all_logits.empty()) {
+        PELICAN_CUDA_CHECK(cudaEventSynchronize(step_ev_));  // the pinned slot's last copy has left
+        auto* in = static_cast<StepInput*>(step_pin_.p);
+        in->token = tokens[0];
+        in->pos = static_cast<int32_t>(pos0);
+        PELICAN_CUDA_CHECK(cudaMemcpyAsync(step_in_, in, sizeof(StepInput), cudaMemcpyHostToDevice, stream_));
+        PELICAN_CUDA_CHECK(cudaEventRecord(step_ev_, stream_));
+        if (step_exec_)
+            PELICAN_CUDA_CHECK(cudaGraphLaunch(step_exec_, stream_));
+        else
+            enqueue_micro(1, &step_in_->token, &step_in_->pos, false);
+    } else {
+        // Chunks of n_batch tokens: positions of each micro-batch, then the tokens, staged together.
+        for (int64_t c0 = 0; c0 < n; c0 += n_batch_) {
+            const int64_t m = std::min(n_batch_, n - c0);
+            const int64_t n_micro = (m + kMicro - 1) / kMicro;
+            PELICAN_CUDA_CHECK(cudaEventSynchronize(prompt_ev_));
+            auto* host = static_cast<int32_t*>(prompt_pin_.p);
+            for (int64_t u = 0; u < n_micro; ++u) host[u] = static_cast<int32_t>(pos0 + c0 + u * kMicro);
+            std::memcpy(host + n_micro, tokens.data() + c0, static_cast<size_t>(m) * 4);
+            PELICAN_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host, static_cast<size_t>(n_micro) * 4,
+                                               cudaMemcpyHostToDevice, stream_));
+            PELICAN_CUDA_CHECK(cudaMemcpyAsync(ids_dev_, host + n_micro, static_cast<size_t>(m) * 4,
+                                               cudaMemcpyHostToDevice, stream_));
+            PELICAN_CUDA_CHECK(cudaEventRecord(prompt_ev_, stream_));
+            for (int64_t u = 0; u < n_micro; ++u) {
+                const int b = static_cast<int>(std::min<int64_t>(kMicro, m - u * kMicro));
+                const bool rows = !all_logits.empty();
+                enqueue_micro(b, ids_dev_ + u * kMicro, pos_dev_ + u, rows);
+                if (rows) {
+                    float* dst = all_logits.data() + (c0 + u * kMicro) * V;
+                    PELICAN_CUDA_CHECK(cudaMemcpyAsync(dst, logits_,
+                                                       static_cast<size_t>(b * V) * sizeof(float),
+                                                       cudaMemcpyDeviceToHost, stream_));
+                    if (b > 1)  // the last token's logits in row 0, as without all_logits
+                        PELICAN_CUDA_CHECK(cudaMemcpyAsync(logits_, logits_ + (b - 1) * V,
+                                                           static_cast<size_t>(V) * sizeof(float),
+                                                           cudaMemcpyDeviceToDevice, stream_));
+                }
+            }
+        }
+        if (!all_logits.empty()) PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+    have_logits_ = true;
+    return {};
+}
+
+std::span<const float> CudaHybridForward::last_logits() const {
+    if (!have_logits_) return {};
+    const auto V = static_cast<size_t>(hp_.n_vocab);
+    if (!host_logits_valid_) {
+        PELICAN_CUDA_CHECK(cudaMemcpyAsync(logits_pin_.p, logits_, V * 4, cudaMemcpyDeviceToHost, stream_));
+        PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        host_logits_valid_ = true;
+    }
+    return {static_cast<const float*>(logits_pin_.p), V};
+}
+
+Status CudaHybridForward::synchronize() {
+    PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return {};
+}
+
+}  // namespace pelican::cuda

@@ -1,0 +1,139 @@
+// The forward pass of the hybrid Qwen3.5 stack (qwen35moe / qwen35; model/hybrid_forward.h is the
+// CPU pass it mirrors) on one CUDA GPU.
+//
+// Work runs in micro-batches of up to kMicro = 8 tokens (the GEMV kernels' token capacity): a decode
+// step is a micro-batch of one, a prompt is cut into micro-batches of eight. Per micro-batch:
+//   x = embd[tokens]
+//   per layer (norms zero-centred: 1 + w, fused into the GEMV prologues):
+//     DeltaNet:  in_proj GEMV [Q|K|V | z | b | a] -> conv1d_silu (rolling conv state) ->
+//                deltanet_step (L2 norms, gates, delta rule over the fp32 state S, RMSNormGated)
+//                -> out GEMV + residual
+//     attention: GEMV [q | k | v | gate] -> rope_store_kv (q/k norms, partial NeoX rope, K/V into the
+//                F16 cache) -> attention_decode -> sigmoid gate -> wo GEMV + residual
+//     MoE:       router GEMV [E logits | shared-gate logit] -> moe_route (softmax, top-k, renorm; the
+//                ids stay on the device) -> expert GEMVs in slot mode (gate/up glu, then down; only the
+//                chosen experts' rows are read) -> shared expert (glu, down) -> moe_combine (x +=
+//                sum_k w_k y_k + sigmoid(g) * shared)
+//     dense MLP: gate/up glu GEMV -> down GEMV + residual
+//   logits = LM head GEMV with the final norm (last token, or every token for all_logits).
+// The one-token step is captured once in a CUDA graph (token and position read from device
+// memory). The recurrent state cannot rewind: eval at pos0 < n_past resets it and replays the kept
+// tokens 0 .. pos0-1 (as the CPU pass does). MTP is not run on the GPU yet.
+// Prompt speed is not the aim of this first version (eight tokens per weight pass); decode is.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gpu_model.h"
+#include "model/forward.h"
+
+namespace pelican::cuda {
+
+class CudaHybridForward final : public ForwardPass {
+public:
+    static constexpr int kMicro = 8;  // tokens per micro-batch (kMaxGemvTokens)
+
+    // Errors: not a hybrid model's weights, bad sizes, out of GPU memory.
+    static Expected<std::unique_ptr<CudaHybridForward>> create(std::shared_ptr<const GpuModel> weights,
+                                                               const ForwardOptions& opt,
+                                                               bool use_graph = true);
+    ~CudaHybridForward() override;
+    CudaHybridForward(const CudaHybridForward&) = delete;
+    CudaHybridForward& operator=(const CudaHybridForward&) = delete;
+
+    // ForwardPass. eval returns once the work is queued (with all_logits: once they are on the host).
+    Status eval(std::span<const int32_t> tokens, int64_t pos0, ThreadPool& pool,
+                std::span<float> all_logits = {}) override;
+    std::span<const float> last_logits() const override;
+    int64_t n_ctx() const override { return n_ctx_; }
+    int64_t n_batch() const override { return n_batch_; }
+    const Model& model() const override { return model_; }
+    size_t kv_bytes() const override { return kv_k_.size() + kv_v_.size() + state_.size(); }
+    std::string_view device_name() const override { return "cuda"; }
+    Status synchronize() override;
+
+    int64_t n_past() const { return static_cast<int64_t>(history_.size()); }
+    bool uses_graph() const { return step_exec_ != nullptr; }
+    const GpuModel& weights() const { return *gm_; }
+    DType kv_type() const { return gm_->all_f32() ? DType::F32 : DType::F16; }
+
+private:
+    struct StepInput {  // the one-token step's device inputs
+        int32_t token = 0;
+        int32_t pos = 0;
+    };
+    struct Pinned {  // cudaMallocHost memory, freed on destruction
+        void* p = nullptr;
+        Pinned() = default;
+        Pinned(const Pinned&) = delete;
+        Pinned& operator=(const Pinned&) = delete;
+        ~Pinned();
+    };
+
+    CudaHybridForward(std::shared_ptr<const GpuModel> gm, int64_t n_ctx, int64_t n_batch, bool use_graph);
+    Status init();
+    KvView kv(int slot) const;
+    float* conv_state(int slot) const;  // [kernel-1, conv_dim]
+    float* ssm_state(int slot) const;   // [n_v_heads, d_k, d_v]
+    void reset_state();                 // zero conv and S of every DeltaNet layer (async)
+    // Queues one micro-batch of n <= kMicro tokens (ids, pos: device) through every layer; logits of
+    // the last token into logits_ (every token's when all_rows).
+    void enqueue_micro(int n, const int32_t* ids, const int32_t* pos, bool all_rows);
+    void deltanet_layer(const GpuHybridLayer& L, int slot, int n);
+    void attention_layer(const GpuHybridLayer& L, int slot, int n, const int32_t* pos);
+    void moe_block(const GpuHybridLayer& L, int n);
+    void mlp_block(const GpuHybridLayer& L, int n);
+    // GEMV of x_ (with the layer norm) over stacked parts into rows of width `width` of y.
+    void gemv_parts(const std::vector<GpuPart>& parts, const float* norm, int n, float* y, int64_t width,
+                    bool glu_single);
+    Status run_tokens(std::span<const int32_t> tokens, int64_t pos0, std::span<float> all_logits);
+
+    std::shared_ptr<const GpuModel> gm_;
+    const Model& model_;
+    const ModelHParams& hp_;
+    const int64_t n_ctx_, n_batch_;
+    const bool want_graph_;
+    std::vector<int> kv_slot_, rec_slot_;  // [n_layer] cache / state slot of each layer (-1: none)
+    int n_full_ = 0, n_linear_ = 0;
+    int64_t w_dn_ = 0, w_at_ = 0;  // in_proj / qkvg output widths
+
+    cudaStream_t stream_ = nullptr;
+    DeviceBuffer kv_k_, kv_v_, state_, scratch_, io_;
+    size_t conv_floats_ = 0, ssm_floats_ = 0;  // per DeltaNet layer
+    // Scratch [kMicro, ...] fp32 unless noted.
+    float* x_ = nullptr;       // [M, n_embd] residual stream
+    float* proj_ = nullptr;    // [M, max(w_dn_, w_at_)] in_proj / qkvg outputs
+    float* conv_ = nullptr;    // [M, conv_dim]
+    float* core_ = nullptr;    // [M, max(value_dim, q_dim)] DeltaNet / attention outputs
+    float* gu_ = nullptr;      // [M, 2 * max ff] split gate/up parts
+    float* act_ = nullptr;     // [M, max ff] dense / shared SwiGLU output
+    float* router_ = nullptr;  // [M, n_expert + 1]
+    int32_t* ids_ = nullptr;   // [M, k] expert ids
+    float* wts_ = nullptr;     // [M, k] expert weights
+    float* eact_ = nullptr;    // [M * k, n_ff_expert]
+    float* eout_ = nullptr;    // [M * k, n_embd]
+    float* sout_ = nullptr;    // [M, n_embd] shared expert output
+    float* logits_ = nullptr;  // [M, n_vocab]; row 0 = the last token's after enqueue_micro
+    void* attn_ws_ = nullptr;
+    float* rope_table_ = nullptr;
+    StepInput* step_in_ = nullptr;
+    int32_t* ids_dev_ = nullptr;  // [n_batch] prompt tokens of one eval chunk
+    int32_t* pos_dev_ = nullptr;  // [n_batch / kMicro + 1] first position of each micro-batch
+
+    Pinned step_pin_, prompt_pin_, logits_pin_;
+    cudaEvent_t step_ev_ = nullptr, prompt_ev_ = nullptr;
+    cudaGraphExec_t step_exec_ = nullptr;
+
+    std::vector<int32_t> history_;  // tokens at positions 0 .. n_past-1
+    bool have_logits_ = false;
+    mutable bool host_logits_valid_ = false;
+};
+
+}  // namespace pelican::cuda

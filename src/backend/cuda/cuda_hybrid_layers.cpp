@@ -1,0 +1,230 @@
+// The blocks of CudaHybridForward (cuda_hybrid_forward.h) for one micro-batch of n <= kMicro tokens:
+// Gated DeltaNet, gated attention, MoE, dense MLP; mirrors model/hybrid_layers.cpp. Everything is
+// graph-capturable (the one-token step is captured): no allocation, no host synchronisation.
+#include <algorithm>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_hybrid_forward.h"
+#include "backend/cuda/deltanet.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/moe.h"
+#include "model/hybrid_hparams.h"
+#include "model/model.h"
+
+namespace pelican::cuda {
+
+void CudaHybridForward::gemv_parts(const std::vector<GpuPart>& parts, const float* norm, int n, float* y,
+                                   int64_t width, bool glu_single) {
+    for (const GpuPart& p : parts) {
+        GemvArgs a;
+        a.x = x_;
+        a.n_tok = n;
+        a.norm_w = norm;
+        a.norm_eps = hp_.rms_eps;
+        a.norm_one_plus = true;  // every hybrid layer norm is zero-centred
+        a.glu = glu_single;
+        a.y = y + p.row0;
+        a.y_stride = width;
+        gemv(p.m, a, stream_);
+    }
+}
+
+void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n) {
+    const HybridHParams& hy = *hp_.hybrid;
+    const DeltaNetShape& s = hy.linear;
+    const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.n_v_heads;
+    // proj_ rows [w_dn_]: [Q|K|V (cd) | z (vd) | b (nv) | a (nv)] = W rms_norm_zc(x)
+    gemv_parts(L.linear.in_proj, L.attn_norm, n, proj_, w_dn_, false);
+    conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
+    DeltaNetStepArgs d;
+    d.n_tok = n;
+    d.n_k_heads = s.n_k_heads;
+    d.n_v_heads = s.n_v_heads;
+    d.d_k = s.d_k;
+    d.d_v = s.d_v;
+    d.v_tiled = s.v_tiled;
+    d.conv_out = conv_;
+    d.conv_stride = cd;
+    d.z = proj_ + cd;
+    d.z_stride = w_dn_;
+    d.b = proj_ + cd + vd;
+    d.b_stride = w_dn_;
+    d.a = proj_ + cd + vd + nv;
+    d.a_stride = w_dn_;
+    d.a_log = L.linear.a_log;
+    d.dt_bias = L.linear.dt_bias;
+    d.norm_w = L.linear.norm;
+    d.eps = hp_.rms_eps;
+    d.state = ssm_state(slot);
+    d.out = core_;
+    d.out_stride = vd;
+    deltanet_step(d, stream_);
+    // x += W_out core
+    GemvArgs o;
+    o.x = core_;
+    o.n_tok = n;
+    o.residual = x_;
+    o.y = x_;
+    gemv(L.linear.out, o, stream_);
+}
+
+void CudaHybridForward::attention_layer(const GpuHybridLayer& L, int slot, int n, const int32_t* pos) {
+    const int64_t Q = hp_.q_dim(), KV = hp_.kv_dim();
+    // proj_ rows [w_at_]: [q | k | v | gate] = W rms_norm_zc(x)
+    gemv_parts(L.attn.qkvg, L.attn_norm, n, proj_, w_at_, false);
+    RopeStoreArgs r;
+    r.qkv = proj_;
+    r.row_stride = w_at_;
+    r.n_tok = n;
+    r.n_head = static_cast<int>(hp_.n_head);
+    r.n_kv_head = static_cast<int>(hp_.n_head_kv);
+    r.head_dim = static_cast<int>(hp_.head_dim);
+    r.n_rot = static_cast<int>(hp_.rope_dim);
+    r.neox = hp_.rope_layout == RopeLayout::kNeox;
+    r.inv_freq = gm_->inv_freq();
+    r.mscale = hp_.rope_attn_factor;
+    r.rope_table = rope_table_;
+    r.q_norm = L.attn.q_norm;
+    r.k_norm = L.attn.k_norm;
+    r.norm_eps = hp_.rms_eps;
+    r.norm_one_plus = true;
+    r.pos0_dev = pos;
+    r.kv = kv(slot);
+    rope_store_kv(r, stream_);
+    AttnArgs at;
+    at.q = proj_;
+    at.q_stride = w_at_;
+    at.n_tok = n;
+    at.n_head = static_cast<int>(hp_.n_head);
+    at.n_kv_head = static_cast<int>(hp_.n_head_kv);
+    at.head_dim = static_cast<int>(hp_.head_dim);
+    at.scale = hp_.attn_scale;
+    at.pos0_dev = pos;
+    at.kv = kv(slot);
+    at.out = core_;
+    at.workspace = attn_ws_;
+    attention_decode(at, stream_);
+    sigmoid_gate_mul(core_, Q, proj_ + Q + 2 * KV, w_at_, n, Q, stream_);
+    GemvArgs o;
+    o.x = core_;
+    o.n_tok = n;
+    o.residual = x_;
+    o.y = x_;
+    gemv(L.attn.wo, o, stream_);
+}
+
+// act_ [n, ff] = silu(gate) * up over stacked (or split) gate/up parts of rms_norm_zc(x).
+static int64_t parts_rows(const std::vector<GpuPart>& parts) {
+    int64_t r = 0;
+    for (const GpuPart& p : parts) r += p.m.n_out;
+    return r;
+}
+
+void CudaHybridForward::mlp_block(const GpuHybridLayer& L, int n) {
+    const int64_t ff = parts_rows(L.mlp.gate_up) / 2;
+    if (L.mlp.gate_up.size() == 1) {
+        gemv_parts(L.mlp.gate_up, L.ffn_norm, n, act_, ff, true);
+    } else {
+        gemv_parts(L.mlp.gate_up, L.ffn_norm, n, gu_, 2 * ff, false);
+        swiglu_stacked(gu_, act_, n, ff, stream_);
+    }
+    GemvArgs d;
+    d.x = act_;
+    d.n_tok = n;
+    d.residual = x_;
+    d.y = x_;
+    gemv(L.mlp.down, d, stream_);
+}
+
+void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n) {
+    const HybridHParams& hy = *hp_.hybrid;
+    const int64_t E = hp_.n_embd, ff_e = hy.n_ff_expert;
+    const int n_exp = hy.n_expert, k = hy.n_expert_used;
+    // router_ rows [n_exp + 1]: expert logits, then the shared expert's gate logit.
+    gemv_parts(L.moe.router, L.ffn_norm, n, router_, n_exp + 1, false);
+    moe_route(router_, n_exp + 1, n, n_exp, k, /*renormalize=*/true, ids_, wts_, stream_);
+    // Routed experts, one token at a time (slot mode takes one token): its k experts' SwiGLU.
+    for (int t = 0; t < n; ++t) {
+        GemvArgs g;
+        g.x = x_ + t * E;
+        g.norm_w = L.ffn_norm;
+        g.norm_eps = hp_.rms_eps;
+        g.norm_one_plus = true;
+        g.glu = true;
+        g.expert_ids = ids_ + t * k;
+        g.n_expert_slots = k;
+        g.expert_rows = 2 * ff_e;
+        g.x_slot_stride = 0;
+        g.y = eact_ + static_cast<int64_t>(t) * k * ff_e;
+        g.y_slot_stride = ff_e;
+        gemv(L.moe.experts_gate_up, g, stream_);
+        GemvArgs d;
+        d.x = eact_ + static_cast<int64_t>(t) * k * ff_e;
+        d.expert_ids = ids_ + t * k;
+        d.n_expert_slots = k;
+        d.expert_rows = E;
+        d.x_slot_stride = ff_e;
+        d.y = eout_ + static_cast<int64_t>(t) * k * E;
+        d.y_slot_stride = E;
+        gemv(L.moe.experts_down, d, stream_);
+    }
+    // Shared expert.
+    const int64_t ff_sh = parts_rows(L.moe.shared_gate_up) / 2;
+    if (L.moe.shared_gate_up.size() == 1) {
+        gemv_parts(L.moe.shared_gate_up, L.ffn_norm, n, act_, ff_sh, true);
+    } else {
+        gemv_parts(L.moe.shared_gate_up, L.ffn_norm, n, gu_, 2 * ff_sh, false);
+        swiglu_stacked(gu_, act_, n, ff_sh, stream_);
+    }
+    GemvArgs sd;
+    sd.x = act_;
+    sd.n_tok = n;
+    sd.y = sout_;
+    gemv(L.moe.shared_down, sd, stream_);
+    // x += sum_j w_j y_j + sigmoid(shared gate) * shared
+    MoeCombineArgs c;
+    c.n_tok = n;
+    c.n_embd = E;
+    c.k = k;
+    c.weights = wts_;
+    c.expert_out = eout_;
+    c.shared_out = sout_;
+    c.shared_gate_logit = router_ + n_exp;
+    c.shared_gate_stride = n_exp + 1;
+    c.residual = x_;
+    c.y = x_;
+    moe_combine(c, stream_);
+}
+
+void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* pos, bool all_rows) {
+    const int64_t E = hp_.n_embd;
+    get_rows(gm_->tok_embd(), gm_->tok_embd_type(), E, gm_->tok_embd_row_bytes(), ids, n, hp_.embd_scale, x_,
+             stream_);
+    const bool moe = hp_.hybrid->moe;
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const GpuHybridLayer& L = gm_->hybrid_layer(il);
+        if (L.full_attention)
+            attention_layer(L, kv_slot_[static_cast<size_t>(il)], n, pos);
+        else
+            deltanet_layer(L, rec_slot_[static_cast<size_t>(il)], n);
+        if (moe)
+            moe_block(L, n);
+        else
+            mlp_block(L, n);
+    }
+    // logits = W_out rms_norm_zc(x): the last row into logits_ row 0, or every row.
+    GemvArgs h;
+    h.x = all_rows ? x_ : x_ + static_cast<int64_t>(n - 1) * E;
+    h.n_tok = all_rows ? n : 1;
+    h.norm_w = gm_->output_norm();
+    h.norm_eps = hp_.rms_eps;
+    h.norm_one_plus = true;
+    h.scale = hp_.logit_scale;
+    h.y = logits_;
+    gemv(gm_->output(), h, stream_);
+}
+
+}  // namespace pelican::cuda
