@@ -113,10 +113,14 @@ Expected<EmitStats> emit_gguf(const std::string& path, const std::vector<GgufKV>
         PELICAN_TRY(validate_planned(t));
         PELICAN_TRY(w.add_tensor(t.name, t.type, t.dims));
     }
-    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-    if (!parent.empty() && !std::filesystem::is_directory(parent))
-        return make_error("cannot write '{}': folder '{}' does not exist", path, parent.string());
-    PELICAN_TRY(w.begin(path));
+    if (opt.fd >= 0) {
+        PELICAN_TRY(w.begin_fd(opt.fd, path));
+    } else {
+        const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+        if (!parent.empty() && !std::filesystem::is_directory(parent))
+            return make_error("cannot write '{}': folder '{}' does not exist", path, parent.string());
+        PELICAN_TRY(w.begin(path));
+    }
 
     ThreadPool pool(opt.threads);
     const int n_threads = pool.size();

@@ -19,6 +19,7 @@ struct EmitOptions {
     int threads = 0;                            // 0: ThreadPool::default_thread_count()
     bool progress = true;                       // progress bar / lines on stderr
     const std::atomic<bool>* cancel = nullptr;  // polled between chunks; set -> "interrupted" error
+    int fd = -1;  // >= 0: write into this open descriptor (e.g. a memfd) instead; path names it only
 };
 
 struct EmitStats {

@@ -35,6 +35,15 @@ struct SyntheticOptions {
 
 Expected<ConvertJob> plan_synthetic(const SyntheticOptions& s, const ConvertOptions& opt);
 
+// A synthetic model written into anonymous memory instead of a file: a memfd (Linux; no disk and no
+// tmpfs size limit, only RAM), for models larger than the disk (Qwen3.5-122B-A10B in Q4_0 is ~70 GB).
+// `path` ("/proc/self/fd/N") loads it like a file for as long as fd stays open; the caller closes fd.
+struct MemoryModel {
+    int fd = -1;
+    std::string path;
+};
+Expected<MemoryModel> write_synthetic_to_memory(const SyntheticOptions& s, const ConvertOptions& opt);
+
 // Row `row` of the synthetic tensor `name` (n floats): mean + std * N(0,1)-like samples.
 void synthetic_row(uint64_t seed, std::string_view name, int64_t row, float mean, float std, float* dst,
                    int64_t n);

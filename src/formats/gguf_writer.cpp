@@ -149,7 +149,7 @@ GgufValue gguf_string_array(const std::vector<std::string>& v) {
 GgufWriter::~GgufWriter() {
     if (out_) {
         std::fclose(out_);
-        std::remove(tmp_path_.c_str());
+        if (!tmp_path_.empty()) std::remove(tmp_path_.c_str());
     }
 }
 
@@ -242,7 +242,7 @@ Status GgufWriter::fail_stream(Error e) {
     if (out_) {
         std::fclose(out_);
         out_ = nullptr;
-        std::remove(tmp_path_.c_str());
+        if (!tmp_path_.empty()) std::remove(tmp_path_.c_str());
     }
     return e;
 }
@@ -271,6 +271,26 @@ Status GgufWriter::begin(const std::string& path) {
     tmp_path_ = path + ".tmp";
     out_ = std::fopen(tmp_path_.c_str(), "wb");
     if (!out_) return make_error("cannot create '{}': {}", tmp_path_, std::strerror(errno));
+    std::vector<uint8_t> header = encode_header();
+    PELICAN_TRY(put(header));
+    if (!tensors_.empty()) PELICAN_TRY(put_zeros(align_up(header.size(), alignment_) - header.size()));
+    cur_ = 0;
+    cur_written_ = 0;
+    return {};
+}
+
+Status GgufWriter::begin_fd(int fd, const std::string& name) {
+    if (out_ || !path_.empty()) return make_error("GGUF writer: begin() called twice");
+    if (version_ != 2 && version_ != 3) return make_error("GGUF writer: cannot write version {}", version_);
+    const int dup_fd = ::dup(fd);
+    if (dup_fd < 0) return make_error("cannot write '{}': {}", name, std::strerror(errno));
+    out_ = ::fdopen(dup_fd, "wb");
+    if (!out_) {
+        const int e = errno;
+        ::close(dup_fd);
+        return make_error("cannot write '{}': {}", name, std::strerror(e));
+    }
+    path_ = name;  // tmp_path_ stays empty: no rename, nothing to remove
     std::vector<uint8_t> header = encode_header();
     PELICAN_TRY(put(header));
     if (!tensors_.empty()) PELICAN_TRY(put_zeros(align_up(header.size(), alignment_) - header.size()));
@@ -311,9 +331,10 @@ Status GgufWriter::finish() {
     bad |= std::fclose(out_) != 0;
     out_ = nullptr;
     if (bad) {
-        std::remove(tmp_path_.c_str());
+        if (!tmp_path_.empty()) std::remove(tmp_path_.c_str());
         return make_error("cannot write '{}': {}", path_, std::strerror(errno));
     }
+    if (tmp_path_.empty()) return {};  // begin_fd: written in place
     if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
         int e = errno;
         std::remove(tmp_path_.c_str());

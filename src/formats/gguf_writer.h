@@ -54,6 +54,9 @@ public:
     uint64_t file_size() const;
 
     Status begin(const std::string& path);
+    // As begin(), but writes straight into the open descriptor fd (a duplicate of it, from offset 0;
+    // e.g. a memfd), without the temporary file and rename; name is for messages only.
+    Status begin_fd(int fd, const std::string& name);
     Status write_tensor_data(std::span<const uint8_t> chunk);
     Status finish();
 

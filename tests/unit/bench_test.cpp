@@ -292,5 +292,35 @@ TEST(Bench, Cli) {
     EXPECT_NE(out.find("-n (decoded tokens) must be positive"), std::string::npos) << out;
 }
 
+// --synthetic: a model generated into memory (memfd) instead of a file, benchmarked, named by what it
+// is; bad combinations of options are errors.
+TEST(Bench, CliSyntheticInMemory) {
+    const std::string vocab = std::string(PELICAN_SOURCE_DIR) + "/models/ggml-vocab-llama-spm.gguf";
+    const std::string llama =
+        R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16})";
+    std::string out;
+    ASSERT_EQ(run_cli("--synthetic llama --config '" + llama + "' --vocab '" + vocab +
+                          "' --type q8_0 -p 8 -n 4 -r 1 -t 1 --device cpu --no-roofline --json",
+                      &out),
+              0)
+        << out;
+    const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+    EXPECT_EQ(j["model"], "synthetic llama inline q8_0");
+    EXPECT_GT(j["decode_tok_s"].get<double>(), 0);
+    out.clear();
+    EXPECT_EQ(run_cli("--synthetic llama --vocab '" + vocab + "'", &out), 1);
+    EXPECT_NE(out.find("--config JSON is required"), std::string::npos) << out;
+    out.clear();
+    EXPECT_EQ(
+        run_cli("-m '" + kModel + "' --synthetic llama --config '" + llama + "' --vocab '" + vocab + "'",
+                &out),
+        1);
+    EXPECT_NE(out.find("either -m MODEL or --synthetic"), std::string::npos) << out;
+    out.clear();
+    EXPECT_EQ(run_cli("--synthetic nosucharch --config '" + llama + "' --vocab '" + vocab + "'", &out), 1);
+    EXPECT_FALSE(out.empty());
+}
+
 }  // namespace
 }  // namespace pelican
