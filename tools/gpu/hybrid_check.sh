@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Issue 6 on the GPU machine: the hybrid Qwen3.5 GPU pass checked and measured (tools/gpu/check.sh does
+# the building, the side-by-side phases and the table; this script points it at the hybrid shapes).
+#
+#   tools/gpu/hybrid_check.sh [PHASE...]     phases: build test sanitize models bench peer table big
+#
+#   test      the hybrid GPU tests (cuda_deltanet, cuda_moe, cuda_hybrid_golden) and the ops they use
+#   sanitize  compute-sanitizer memcheck + racecheck on cuda_deltanet_test and cuda_moe_test (small mode)
+#   models    Qwen3.5-35B-A3B-shaped GGUFs (tools/configs/qwen3.5-35b-a3b.json) in $TYPES, written by
+#             pelican convert --synthetic qwen3_5_moe (~20 GB each for Q4_0 / Q4_K)
+#   bench/peer/table   check.sh's phases on those files: pelican bench --device cuda and llama-bench
+#             (LLAMA_BENCH / LLAMA_BENCH_DONE / LLAMA_BUILD_LOG as for check.sh), pp$PP, tg128 at depth 0
+#             and $DEPTHS
+#   big       Qwen3.5-122B-A10B shape (~70 GB in Q4_0: more than the disk) generated into memory:
+#             pelican bench --device cuda --synthetic qwen3_5_moe --config tools/configs/qwen3.5-122b-a10b.json
+#
+# Environment: as check.sh, with defaults TYPES="q4_0 q4_k" DEPTHS="32768" PP=4096 REPS=2,
+#   VOCAB=third_party/vocab/qwen3-tokenizer.json.xz (the Qwen3 tokenizer.json; vocab_size 248320 pads it),
+#   BIG_TYPE=q4_0, BIG_TIMEOUT=540 (s).
+# Logs: $OUT/<phase>.log as check.sh; the big phase's JSON result ends big.log.
+# shellcheck disable=SC2317  # phase_* functions are called indirectly ("phase_$p")
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+# shellcheck source=tools/gpu/deps_env.sh
+. tools/gpu/deps_env.sh
+export SYNTH_ARCH=qwen3_5_moe MODEL_TAG=q35b
+export CONFIG=${CONFIG:-$(pwd)/tools/configs/qwen3.5-35b-a3b.json}
+export TYPES=${TYPES:-q4_0 q4_k} DEPTHS=${DEPTHS:-32768} PP=${PP:-4096} REPS=${REPS:-2}
+export VOCAB=${VOCAB:-third_party/vocab/qwen3-tokenizer.json.xz}
+OUT=${OUT:-./gpu-out}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+export OUT
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+BIG_TYPE=${BIG_TYPE:-q4_0}
+BIG_TIMEOUT=${BIG_TIMEOUT:-540}
+HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_hybrid_golden_test cuda_elementwise_test"
+
+say() { echo "[$(date -u +%H:%M:%S)] $*"; }
+
+phase_test() {
+  local t rc=0
+  for t in $HYBRID_TESTS; do
+    echo "== $t"
+    timeout -k 10 300 "$BUILD_DIR/bin/$t" --gtest_brief=1 || { echo "-- $t FAILED (exit $?)"; rc=1; }
+  done
+  return "$rc"
+}
+
+phase_sanitize() {
+  local t tool rc=0
+  for t in cuda_deltanet_test cuda_moe_test; do
+    for tool in memcheck racecheck; do
+      echo "== $tool $t (PELICAN_CUDA_TEST_SMALL=1)"
+      PELICAN_CUDA_TEST_SMALL=1 timeout -k 10 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        --print-limit 10 "$BUILD_DIR/bin/$t" --gtest_brief=1 || { echo "-- $tool $t FAILED (exit $?)"; rc=1; }
+    done
+  done
+  return "$rc"
+}
+
+phase_big() {
+  local vocab=$VOCAB
+  case $vocab in
+    *.xz)
+      mkdir -p "${MODEL_DIR:-/tmp/pelican-models}"
+      local dst=${MODEL_DIR:-/tmp/pelican-models}/qwen3-tokenizer.json
+      [ -s "$dst" ] || python3 -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1]) as i, open(sys.argv[2], "wb") as o: shutil.copyfileobj(i, o, 1 << 22)' "$vocab" "$dst"
+      vocab=$dst ;;
+  esac
+  free -g
+  timeout -k 10 "$BIG_TIMEOUT" "$BUILD_DIR/bin/pelican" bench --device cuda --synthetic qwen3_5_moe \
+    --config tools/configs/qwen3.5-122b-a10b.json --vocab "$vocab" --type "$BIG_TYPE" -p 512 -n 128 -r "$REPS" --json
+}
+
+ALL=(build test sanitize models bench peer table big)
+if [ $# -gt 0 ]; then PHASES=("$@"); else PHASES=("${ALL[@]}"); fi
+rc=0
+for p in "${PHASES[@]}"; do
+  case $p in
+    build | models | bench | peer | table)
+      tools/gpu/check.sh "$p" || rc=1 ;;
+    test | sanitize | big)
+      t0=$SECONDS
+      (set -e; "phase_$p") >"$OUT/$p.log" 2>&1
+      st=$?
+      [ "$st" = 0 ] || rc=1
+      say "$p $([ "$st" = 0 ] && echo ok || echo "FAILED (exit $st)") ($((SECONDS - t0))s) -> $OUT/$p.log" ;;
+    *)
+      echo "hybrid_check.sh: unknown phase '$p' (phases: ${ALL[*]})" >&2
+      exit 2 ;;
+  esac
+done
+exit "$rc"
