@@ -194,9 +194,12 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
         }
         __syncthreads();  // B2
 
-        // Pass 1: partial (S_old^T k)_j over this thread's rows (4 accumulators).
-        const float* kr = k_s + grp * RPT;
-        const float* qr = q_s + grp * RPT;
+        // Pass 1: partial (S_old^T k)_j over this thread's rows (4 accumulators). The extra
+        // threads of a small head (grp >= G, no state) read row group 0 so that their unused
+        // loads stay inside q_s / k_s.
+        const int rg = owns ? grp : 0;
+        const float* kr = k_s + rg * RPT;
+        const float* qr = q_s + rg * RPT;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < RPT; i += 4) {

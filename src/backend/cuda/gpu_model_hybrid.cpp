@@ -5,6 +5,7 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gpu_model.h"
 #include "backend/cuda/gpu_upload.h"
+#include "backend/cuda/moe.h"
 #include "model/hybrid_hparams.h"
 #include "model/hybrid_weights.h"
 #include "model/model.h"
@@ -70,6 +71,13 @@ Status gpu_supports_hybrid(const Model& model) {
     if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256)
         return make_error("{}: the GPU attention takes head_dim 64, 128 or 256, not {}", model.path(),
                           hp.head_dim);
+    if (h.n_linear_layers() > 0 && (h.conv_kernel < 2 || h.conv_kernel > 8))
+        return make_error("{}: the GPU Gated DeltaNet takes conv kernel widths 2 to 8, not {}", model.path(),
+                          h.conv_kernel);
+    if (h.moe && (h.n_expert > kMoeMaxExperts || h.n_expert_used > kMoeMaxUsed))
+        return make_error(
+            "{}: the GPU MoE router takes at most {} experts and {} per token (this model: {}, {})",
+            model.path(), kMoeMaxExperts, kMoeMaxUsed, h.n_expert, h.n_expert_used);
     for (int il = 0; il < hp.n_layer; ++il) {
         const HybridLayerWeights& l = hw->layers[static_cast<size_t>(il)];
         for (const auto& [w, name] : layer_matrices(l, h.moe)) {
