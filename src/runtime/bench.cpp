@@ -16,6 +16,7 @@
 #include "backend/cpu/mem_bandwidth.h"
 #include "core/thread_pool.h"
 #include "model/hybrid_hparams.h"
+#include "model/hybrid_weights.h"
 #include "model/model.h"
 #include "pelican/engine.h"
 #include "runtime/forward_factory.h"
@@ -43,13 +44,53 @@ struct Tally {
         out.total_bytes += b;
         out.n_params += n;
     }
-    void matrix(const cpu::Weight& w) {
-        out.decode_weight_bytes += w.bytes();
+    // read: the share of w one decoded token reads (routed experts: k of E of them).
+    void matrix(const cpu::Weight& w, double read = 1.0) {
+        out.decode_weight_bytes += static_cast<int64_t>(static_cast<double>(w.bytes()) * read);
         out.total_bytes += w.bytes();
         out.n_params += w.n_in() * w.n_out();
         by_type[w.type()] += w.bytes();
     }
 };
+
+// The hybrid Qwen3.5 stack's layers (and its MTP block: stored, not read by a decode step).
+void tally_hybrid(const Model& model, Tally& t) {
+    const HybridWeights* hw = model.hybrid_weights();
+    const ModelHParams& hp = model.hparams();
+    if (hw == nullptr || !hp.hybrid) return;
+    const HybridHParams& h = *hp.hybrid;
+    const double routed = h.n_expert > 0 ? static_cast<double>(h.n_expert_used) / h.n_expert : 0.0;
+    auto layer = [&](const HybridLayerWeights& l, double read) {
+        t.vec(l.attn_norm, hp.n_embd);
+        t.vec(l.ffn_norm, hp.n_embd);
+        if (l.full_attention) {
+            for (const cpu::Weight* m : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo}) t.matrix(*m, read);
+            t.vec(l.attn.q_norm, hp.head_dim);
+            t.vec(l.attn.k_norm, hp.head_dim);
+        } else {
+            const DeltaNetWeights& d = l.linear;
+            for (const cpu::Weight* m : {&d.in_qkv, &d.in_z, &d.in_b, &d.in_a, &d.out}) t.matrix(*m, read);
+            t.vec(d.conv, h.linear.conv_dim() * h.conv_kernel);
+            t.vec(d.dt_bias, h.linear.n_v_heads);
+            t.vec(d.a_log, h.linear.n_v_heads);
+            t.vec(d.norm, h.linear.d_v);
+        }
+        if (h.moe) {
+            for (const cpu::Weight* m : {&l.moe.router, &l.moe.shared_gate, &l.moe.shared.gate,
+                                         &l.moe.shared.up, &l.moe.shared.down})
+                t.matrix(*m, read);
+            for (const SwigluWeights& x : l.moe.experts)
+                for (const cpu::Weight* m : {&x.gate, &x.up, &x.down}) t.matrix(*m, read * routed);
+        } else {
+            for (const cpu::Weight* m : {&l.mlp.gate, &l.mlp.up, &l.mlp.down}) t.matrix(*m, read);
+        }
+    };
+    for (const HybridLayerWeights& l : hw->layers) layer(l, 1.0);
+    if (hw->mtp.present) {
+        t.matrix(hw->mtp.fc, 0.0);
+        for (const HybridLayerWeights& l : hw->mtp.layers) layer(l, 0.0);
+    }
+}
 
 int max_threads() { return 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
@@ -122,6 +163,7 @@ ModelBytes model_bytes(const Model& model) {
         t.vec(l.b_down, hp.n_embd);
         for (const cpu::Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) t.matrix(*m);
     }
+    tally_hybrid(model, t);
     t.vec(w.output_norm, hp.n_embd);
     t.matrix(w.output);  // the LM head is read whole, tied or not
     // The embedding: one row per decoded token; stored in full unless it is the tied output.

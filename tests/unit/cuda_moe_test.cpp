@@ -202,6 +202,47 @@ TEST(CudaMoe, RouteGappedLogitsExactIds) {
                             true, "gapped");
 }
 
+// The shared expert as slot k: ids [n_tok, k + 1] with (n_expert, sigmoid(gate logit)) last, the
+// routed k as without it.
+TEST(CudaMoe, RouteSharedSlot) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (const RouteShape& s : {RouteShape{1, 8, 2}, RouteShape{9, 256, 8}, RouteShape{5, 64, 8}}) {
+        SCOPED_TRACE(testing::Message() << "n_tok " << s.n_tok << " n_expert " << s.n_expert << " k " << s.k);
+        const int E = s.n_expert, k = s.k, ko = k + 1;
+        const std::vector<float> l = gapped_logits(rng, s.n_tok, E);
+        std::vector<float> buf(static_cast<size_t>(s.n_tok) * (E + 1));
+        std::vector<float> gate(static_cast<size_t>(s.n_tok));
+        for (int t = 0; t < s.n_tok; ++t) {
+            std::copy_n(l.begin() + static_cast<int64_t>(t) * E, E,
+                        buf.begin() + static_cast<int64_t>(t) * (E + 1));
+            gate[static_cast<size_t>(t)] = rng.uniform(-6.0f, 6.0f);
+            buf[static_cast<size_t>(t) * (E + 1) + E] = gate[static_cast<size_t>(t)];
+        }
+        const size_t n = static_cast<size_t>(s.n_tok) * ko;
+        DeviceBuffer dl = to_device(buf), dids = to_device(std::vector<int32_t>(n, -7)),
+                     dw = to_device(std::vector<float>(n, NAN));
+        cuda::moe_route(dl.as<float>(), E + 1, s.n_tok, E, k, true, dids.as<int32_t>(), dw.as<float>(),
+                        nullptr,
+                        /*shared_slot=*/true);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<int32_t> ids = from_device<int32_t>(dids.get(), n);
+        const std::vector<float> w = from_device<float>(dw.get(), n);
+        std::vector<int32_t> rids;
+        std::vector<float> rw;
+        for (int t = 0; t < s.n_tok; ++t) {
+            for (int j = 0; j < k; ++j) {
+                rids.push_back(ids[static_cast<size_t>(t) * ko + j]);
+                rw.push_back(w[static_cast<size_t>(t) * ko + j]);
+            }
+            EXPECT_EQ(ids[static_cast<size_t>(t) * ko + k], E) << "token " << t;
+            const double g = gate[static_cast<size_t>(t)], want = 1.0 / (1.0 + std::exp(-g));
+            EXPECT_NEAR(w[static_cast<size_t>(t) * ko + k], want, 4e-7 * want) << "token " << t;
+        }
+        check_route_result(l, s.n_tok, E, k, true, true, rids, rw);
+    }
+}
+
 TEST(CudaMoe, RouteRandomLogits) {
     SKIP_WITHOUT_GPU();
     Rng rng;

@@ -51,7 +51,8 @@ CudaHybridForward::CudaHybridForward(std::shared_ptr<const GpuModel> gm, int64_t
 CudaHybridForward::~CudaHybridForward() {
     if (stream_) PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (step_exec_) PELICAN_CUDA_CHECK(cudaGraphExecDestroy(step_exec_));
-    if (step_ev_) PELICAN_CUDA_CHECK(cudaEventDestroy(step_ev_));
+    for (cudaEvent_t& e : step_ev_)
+        if (e) PELICAN_CUDA_CHECK(cudaEventDestroy(e));
     if (prompt_ev_) PELICAN_CUDA_CHECK(cudaEventDestroy(prompt_ev_));
     if (stream_) PELICAN_CUDA_CHECK(cudaStreamDestroy(stream_));
 }
@@ -76,7 +77,7 @@ Status CudaHybridForward::init() {
     const int64_t E = hp_.n_embd, Q = hp_.q_dim(), KV = hp_.kv_dim(), V = hp_.n_vocab;
     const size_t M = kMicro, f = sizeof(float);
     PELICAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&step_ev_, cudaEventDisableTiming));
+    for (cudaEvent_t& e : step_ev_) PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&prompt_ev_, cudaEventDisableTiming));
 
     kv_slot_.assign(static_cast<size_t>(hp_.n_layer), -1);
@@ -116,7 +117,7 @@ Status CudaHybridForward::init() {
         }
     }
     ff_sh = ff;
-    const int k = std::max(hy.n_expert_used, 1);
+    const int k = std::max(hy.n_expert_used, 1) + 1;  // slots per token (+1: the shared expert as a slot)
     const int64_t ff_e = std::max<int64_t>(hy.n_ff_expert, 1);
     const size_t attn_ws_bytes = attention_workspace_bytes(n_ctx_, static_cast<int>(hp_.n_head),
                                                            static_cast<int>(hp_.head_dim), kMicro);
@@ -182,7 +183,7 @@ Status CudaHybridForward::init() {
         std::memset(p.p, 0, bytes);
         return {};
     };
-    PELICAN_TRY(pin(step_pin_, sizeof(StepInput), "decode inputs"));
+    PELICAN_TRY(pin(step_pin_, sizeof(StepInput) * kRing, "decode inputs"));
     PELICAN_TRY(pin(prompt_pin_, static_cast<size_t>(n_batch_ + n_micro) * 4, "prompt tokens"));
     PELICAN_TRY(pin(logits_pin_, static_cast<size_t>(V) * f, "logits"));
 
@@ -263,12 +264,14 @@ Status CudaHybridForward::run_tokens(std::span<const int32_t> tokens, int64_t po
     const auto n = static_cast<int64_t>(tokens.size());
     const int64_t V = hp_.n_vocab;
     if (n == 1 && all_logits.empty()) {
-        PELICAN_CUDA_CHECK(cudaEventSynchronize(step_ev_));  // the pinned slot's last copy has left
-        auto* in = static_cast<StepInput*>(step_pin_.p);
+        const int slot = ring_next_;
+        ring_next_ = (ring_next_ + 1) % kRing;
+        PELICAN_CUDA_CHECK(cudaEventSynchronize(step_ev_[slot]));  // the slot's last copy has left
+        auto* in = static_cast<StepInput*>(step_pin_.p) + slot;
         in->token = tokens[0];
         in->pos = static_cast<int32_t>(pos0);
         PELICAN_CUDA_CHECK(cudaMemcpyAsync(step_in_, in, sizeof(StepInput), cudaMemcpyHostToDevice, stream_));
-        PELICAN_CUDA_CHECK(cudaEventRecord(step_ev_, stream_));
+        PELICAN_CUDA_CHECK(cudaEventRecord(step_ev_[slot], stream_));
         if (step_exec_)
             PELICAN_CUDA_CHECK(cudaGraphLaunch(step_exec_, stream_));
         else
@@ -290,7 +293,8 @@ Status CudaHybridForward::run_tokens(std::span<const int32_t> tokens, int64_t po
             for (int64_t u = 0; u < n_micro; ++u) {
                 const int b = static_cast<int>(std::min<int64_t>(kMicro, m - u * kMicro));
                 const bool rows = !all_logits.empty();
-                enqueue_micro(b, ids_dev_ + u * kMicro, pos_dev_ + u, rows);
+                const bool last = c0 + m == n && u + 1 == n_micro;
+                enqueue_micro(b, ids_dev_ + u * kMicro, pos_dev_ + u, rows, rows || last);
                 if (rows) {
                     float* dst = all_logits.data() + (c0 + u * kMicro) * V;
                     PELICAN_CUDA_CHECK(cudaMemcpyAsync(dst, logits_,

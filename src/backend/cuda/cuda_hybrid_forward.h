@@ -12,8 +12,9 @@
 //                F16 cache) -> attention_decode -> sigmoid gate -> wo GEMV + residual
 //     MoE:       router GEMV [E logits | shared-gate logit] -> moe_route (softmax, top-k, renorm; the
 //                ids stay on the device) -> expert GEMVs in slot mode (gate/up glu, then down; only the
-//                chosen experts' rows are read) -> shared expert (glu, down) -> moe_combine (x +=
-//                sum_k w_k y_k + sigmoid(g) * shared)
+//                chosen experts' rows are read; the shared expert is one more slot, weight sigmoid(g),
+//                when it is stacked with the routed ones, else two GEMVs of its own) -> moe_combine
+//                (x += sum_k w_k y_k [+ sigmoid(g) * shared])
 //     dense MLP: gate/up glu GEMV -> down GEMV + residual
 //   logits = LM head GEMV with the final norm (last token, or every token for all_logits).
 // The one-token step is captured once in a CUDA graph (token and position read from device
@@ -62,6 +63,7 @@ public:
     int64_t n_past() const { return static_cast<int64_t>(history_.size()); }
     bool uses_graph() const { return step_exec_ != nullptr; }
     const GpuModel& weights() const { return *gm_; }
+    const std::shared_ptr<const GpuModel>& weights_ptr() const { return gm_; }
     DType kv_type() const { return gm_->all_f32() ? DType::F32 : DType::F16; }
 
 private:
@@ -69,7 +71,8 @@ private:
         int32_t token = 0;
         int32_t pos = 0;
     };
-    struct Pinned {  // cudaMallocHost memory, freed on destruction
+    static constexpr int kRing = 64;  // pinned staging slots for step inputs (the host runs ahead)
+    struct Pinned {                   // cudaMallocHost memory, freed on destruction
         void* p = nullptr;
         Pinned() = default;
         Pinned(const Pinned&) = delete;
@@ -83,9 +86,9 @@ private:
     float* conv_state(int slot) const;  // [kernel-1, conv_dim]
     float* ssm_state(int slot) const;   // [n_v_heads, d_k, d_v]
     void reset_state();                 // zero conv and S of every DeltaNet layer (async)
-    // Queues one micro-batch of n <= kMicro tokens (ids, pos: device) through every layer; logits of
-    // the last token into logits_ (every token's when all_rows).
-    void enqueue_micro(int n, const int32_t* ids, const int32_t* pos, bool all_rows);
+    // Queues one micro-batch of n <= kMicro tokens (ids, pos: device) through every layer; when
+    // logits, the LM head: the last token's logits into logits_ row 0 (every token's when all_rows).
+    void enqueue_micro(int n, const int32_t* ids, const int32_t* pos, bool all_rows, bool logits = true);
     void deltanet_layer(const GpuHybridLayer& L, int slot, int n);
     void attention_layer(const GpuHybridLayer& L, int slot, int n, const int32_t* pos);
     void moe_block(const GpuHybridLayer& L, int n);
@@ -115,10 +118,10 @@ private:
     float* gu_ = nullptr;      // [M, 2 * max ff] split gate/up parts
     float* act_ = nullptr;     // [M, max ff] dense / shared SwiGLU output
     float* router_ = nullptr;  // [M, n_expert + 1]
-    int32_t* ids_ = nullptr;   // [M, k] expert ids
-    float* wts_ = nullptr;     // [M, k] expert weights
-    float* eact_ = nullptr;    // [M * k, n_ff_expert]
-    float* eout_ = nullptr;    // [M * k, n_embd]
+    int32_t* ids_ = nullptr;   // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
+    float* wts_ = nullptr;     // [M, ko] expert weights
+    float* eact_ = nullptr;    // [M * ko, n_ff_expert]
+    float* eout_ = nullptr;    // [M * ko, n_embd]
     float* sout_ = nullptr;    // [M, n_embd] shared expert output
     float* logits_ = nullptr;  // [M, n_vocab]; row 0 = the last token's after enqueue_micro
     void* attn_ws_ = nullptr;
@@ -128,7 +131,8 @@ private:
     int32_t* pos_dev_ = nullptr;  // [n_batch / kMicro + 1] first position of each micro-batch
 
     Pinned step_pin_, prompt_pin_, logits_pin_;
-    cudaEvent_t step_ev_ = nullptr, prompt_ev_ = nullptr;
+    cudaEvent_t step_ev_[kRing] = {}, prompt_ev_ = nullptr;
+    int ring_next_ = 0;
     cudaGraphExec_t step_exec_ = nullptr;
 
     std::vector<int32_t> history_;  // tokens at positions 0 .. n_past-1

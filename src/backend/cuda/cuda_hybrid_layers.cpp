@@ -145,31 +145,46 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n) {
     const int n_exp = hy.n_expert, k = hy.n_expert_used;
     // router_ rows [n_exp + 1]: expert logits, then the shared expert's gate logit.
     gemv_parts(L.moe.router, L.ffn_norm, n, router_, n_exp + 1, false);
-    moe_route(router_, n_exp + 1, n, n_exp, k, /*renormalize=*/true, ids_, wts_, stream_);
-    // Routed experts, one token at a time (slot mode takes one token): its k experts' SwiGLU.
-    for (int t = 0; t < n; ++t) {
-        GemvArgs g;
-        g.x = x_ + t * E;
-        g.norm_w = L.ffn_norm;
-        g.norm_eps = hp_.rms_eps;
-        g.norm_one_plus = true;
-        g.glu = true;
-        g.expert_ids = ids_ + t * k;
-        g.n_expert_slots = k;
-        g.expert_rows = 2 * ff_e;
-        g.x_slot_stride = 0;
-        g.y = eact_ + static_cast<int64_t>(t) * k * ff_e;
-        g.y_slot_stride = ff_e;
-        gemv(L.moe.experts_gate_up, g, stream_);
-        GemvArgs d;
-        d.x = eact_ + static_cast<int64_t>(t) * k * ff_e;
-        d.expert_ids = ids_ + t * k;
-        d.n_expert_slots = k;
-        d.expert_rows = E;
-        d.x_slot_stride = ff_e;
-        d.y = eout_ + static_cast<int64_t>(t) * k * E;
-        d.y_slot_stride = E;
-        gemv(L.moe.experts_down, d, stream_);
+    // With the shared expert stacked as expert n_exp it is slot k of every token (weight sigmoid(g)).
+    const bool shared_slot = L.moe.shared_in_experts;
+    const int ko = shared_slot ? k + 1 : k;  // slots per token
+    moe_route(router_, n_exp + 1, n, n_exp, k, /*renormalize=*/true, ids_, wts_, stream_, shared_slot);
+    // Expert slots: slot t * ko + j is token t's j-th expert (x of token t = slot / ko): their SwiGLU.
+    const int slots = n * ko;
+    GemvArgs g;
+    g.x = x_;
+    g.norm_w = L.ffn_norm;
+    g.norm_eps = hp_.rms_eps;
+    g.norm_one_plus = true;
+    g.glu = true;
+    g.expert_ids = ids_;
+    g.n_expert_slots = slots;
+    g.expert_rows = 2 * ff_e;
+    g.x_slot_stride = E;
+    g.x_slot_div = ko;
+    g.y = eact_;
+    g.y_slot_stride = ff_e;
+    gemv(L.moe.experts_gate_up, g, stream_);
+    GemvArgs d;
+    d.x = eact_;
+    d.expert_ids = ids_;
+    d.n_expert_slots = slots;
+    d.expert_rows = E;
+    d.x_slot_stride = ff_e;
+    d.y = eout_;
+    d.y_slot_stride = E;
+    gemv(L.moe.experts_down, d, stream_);
+    if (shared_slot) {  // x += sum_j w_j y_j over the k + 1 slots
+        MoeCombineArgs c;
+        c.n_tok = n;
+        c.n_embd = E;
+        c.k = ko;
+        c.weights = wts_;
+        c.expert_out = eout_;
+        c.residual = x_;
+        c.y = x_;
+        moe_combine(c, stream_);
+        return;
     }
     // Shared expert.
     const int64_t ff_sh = parts_rows(L.moe.shared_gate_up) / 2;
@@ -199,7 +214,8 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n) {
     moe_combine(c, stream_);
 }
 
-void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* pos, bool all_rows) {
+void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* pos, bool all_rows,
+                                      bool logits) {
     const int64_t E = hp_.n_embd;
     get_rows(gm_->tok_embd(), gm_->tok_embd_type(), E, gm_->tok_embd_row_bytes(), ids, n, hp_.embd_scale, x_,
              stream_);
@@ -215,6 +231,7 @@ void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* 
         else
             mlp_block(L, n);
     }
+    if (!logits) return;  // a prompt micro-batch before the last: nobody reads its logits
     // logits = W_out rms_norm_zc(x): the last row into logits_ row 0, or every row.
     GemvArgs h;
     h.x = all_rows ? x_ : x_ + static_cast<int64_t>(n - 1) * E;

@@ -77,9 +77,12 @@ struct GpuGatedAttention {
 
 // Routed experts (all E stacked in one matrix per projection) + the sigmoid-gated shared expert.
 struct GpuMoe {
-    std::vector<GpuPart> router;          // outputs [n_expert | 1 (shared expert gate logit)]
-    GpuMatrix experts_gate_up;            // E blocks of [gate (n_ff_expert rows); up (n_ff_expert rows)]
-    GpuMatrix experts_down;               // E blocks of n_embd rows (input n_ff_expert)
+    std::vector<GpuPart> router;  // outputs [n_expert | 1 (shared expert gate logit)]
+    GpuMatrix experts_gate_up;    // E blocks of [gate (n_ff_expert rows); up (n_ff_expert rows)]
+    GpuMatrix experts_down;       // E blocks of n_embd rows (input n_ff_expert)
+    // shared_in_experts: the shared expert is expert E of the stacked matrices above (same shapes and
+    // types as the routed ones; it then runs as slot k) and the two below stay empty.
+    bool shared_in_experts = false;
     std::vector<GpuPart> shared_gate_up;  // outputs [gate (n_ff_shared) | up (n_ff_shared)]
     GpuMatrix shared_down;                // [n_embd, n_ff_shared]
 };

@@ -153,26 +153,42 @@ Status GpuModel::upload_hybrid(Uploader& up, VecArena& vecs, size_t* vec_read) {
             const RowSegment router[2] = {seg(m.router, "ffn_gate_inp"),
                                           seg(m.shared_gate, "ffn_gate_inp_shexp")};
             PELICAN_TRY(up.parts(router, il, g.moe.router));
-            const RowSegment sgu[2] = {seg(m.shared.gate, "ffn_gate_shexp"),
-                                       seg(m.shared.up, "ffn_up_shexp")};
-            PELICAN_TRY(up.parts(sgu, il, g.moe.shared_gate_up));
-            const cpu::Weight* sd[1] = {&m.shared.down};
-            PELICAN_TRY(up.stack(sd, gpu_layer_name(il, "ffn_down_shexp"), g.moe.shared_down));
+            // The shared expert runs as one more expert slot (stacked as expert E) when its shapes and
+            // types are the routed experts' (every released Qwen3.5: 512 / 1024 both): two fewer GEMVs.
+            const SwigluWeights& x0 = m.experts.front();
+            g.moe.shared_in_experts =
+                m.shared.gate.n_out() == x0.gate.n_out() && m.shared.gate.type() == x0.gate.type() &&
+                m.shared.up.type() == x0.up.type() && m.shared.down.type() == x0.down.type() &&
+                m.shared.down.n_in() == x0.down.n_in();
+            if (!g.moe.shared_in_experts) {
+                const RowSegment sgu[2] = {seg(m.shared.gate, "ffn_gate_shexp"),
+                                           seg(m.shared.up, "ffn_up_shexp")};
+                PELICAN_TRY(up.parts(sgu, il, g.moe.shared_gate_up));
+                const cpu::Weight* sd[1] = {&m.shared.down};
+                PELICAN_TRY(up.stack(sd, gpu_layer_name(il, "ffn_down_shexp"), g.moe.shared_down));
+            }
             const size_t dense_bytes = up.read_bytes;
-            // Routed experts: per expert [gate; up] rows, then the down rows, each projection one matrix.
+            // Routed experts: per expert [gate; up] rows, then the down rows, each projection one matrix
+            // (the shared expert last when it is one of them).
             std::vector<RowSegment> gu, down;
             for (size_t x = 0; x < m.experts.size(); ++x) {
                 gu.push_back(seg(m.experts[x].gate, "ffn_gate_exps"));
                 gu.push_back(seg(m.experts[x].up, "ffn_up_exps"));
                 down.push_back(seg(m.experts[x].down, "ffn_down_exps"));
             }
+            if (g.moe.shared_in_experts) {
+                gu.push_back(seg(m.shared.gate, "ffn_gate_shexp"));
+                gu.push_back(seg(m.shared.up, "ffn_up_shexp"));
+                down.push_back(seg(m.shared.down, "ffn_down_shexp"));
+            }
             PELICAN_TRY(up.stack(gu, gpu_layer_name(il, "ffn_gate_exps+ffn_up_exps"), g.moe.experts_gate_up));
             PELICAN_TRY(up.stack(down, gpu_layer_name(il, "ffn_down_exps"), g.moe.experts_down));
-            // One decode step reads k of the E experts.
+            // One decode step reads k of the E routed experts (+ the shared one when stacked).
+            const size_t n_stacked = m.experts.size() + (g.moe.shared_in_experts ? 1 : 0);
+            const size_t n_read = static_cast<size_t>(h.n_expert_used) + (g.moe.shared_in_experts ? 1 : 0);
             const size_t expert_bytes = g.moe.experts_gate_up.read_bytes + g.moe.experts_down.read_bytes;
-            hybrid_read_bytes_ += (dense_bytes - before) + expert_bytes *
-                                                               static_cast<size_t>(h.n_expert_used) /
-                                                               static_cast<size_t>(std::max(1, h.n_expert));
+            hybrid_read_bytes_ +=
+                (dense_bytes - before) + expert_bytes * n_read / std::max<size_t>(1, n_stacked);
         } else {
             const RowSegment gu[2] = {seg(l.mlp.gate, "ffn_gate"), seg(l.mlp.up, "ffn_up")};
             PELICAN_TRY(up.parts(gu, il, g.mlp.gate_up));

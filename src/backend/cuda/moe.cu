@@ -36,7 +36,7 @@ __device__ __forceinline__ double warp_sum_d(double v) {
 // in double in choice order, exactly as the reference.
 __global__ void __launch_bounds__(kRouteWarps * 32)
     moe_route_kernel(const float* logits, int64_t stride, int n_tok, int n_expert, int k, bool renormalize,
-                     int32_t* ids, float* weights) {
+                     bool shared_slot, int32_t* ids, float* weights) {
     pdl_wait();  // the logits come from the router GEMV; ids / weights may be read by earlier kernels
     const int lane = static_cast<int>(threadIdx.x & 31);
     const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + (threadIdx.x >> 5);
@@ -111,10 +111,15 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
             my_p = bp;
         }
     }
+    const int ko = shared_slot ? k + 1 : k;  // entries per token
     if (lane < k) {
         const double w = my_p;
-        ids[t * k + lane] = my_id;
-        weights[t * k + lane] = static_cast<float>(renormalize && chosen_sum > 0 ? w / chosen_sum : w);
+        ids[t * ko + lane] = my_id;
+        weights[t * ko + lane] = static_cast<float>(renormalize && chosen_sum > 0 ? w / chosen_sum : w);
+    } else if (shared_slot && lane == k) {  // the shared expert, stacked as expert n_expert
+        const float g = l[n_expert];
+        ids[t * ko + k] = n_expert;
+        weights[t * ko + k] = 1.0f / (1.0f + expf(-g));
     }
 }
 
@@ -183,18 +188,20 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 }  // namespace
 
 void moe_route(const float* logits, int64_t logits_stride, int n_tok, int n_expert, int k, bool renormalize,
-               int32_t* ids, float* weights, cudaStream_t stream) {
+               int32_t* ids, float* weights, cudaStream_t stream, bool shared_slot) {
     if (n_tok < 0) moe_fail("moe_route: n_tok < 0");
     if (n_expert < 1 || n_expert > kMoeMaxExperts) moe_fail("moe_route: n_expert must be 1 .. 512");
     if (k < 1 || k > kMoeMaxUsed || k > n_expert) moe_fail("moe_route: k must be 1 .. min(n_expert, 16)");
     if (logits_stride == 0) logits_stride = n_expert;
     if (logits_stride < n_expert) moe_fail("moe_route: logits_stride below n_expert");
+    if (shared_slot && (logits_stride < n_expert + 1 || k + 1 > 32))
+        moe_fail("moe_route: the shared slot needs logits_stride > n_expert (its gate logit) and k < 32");
     if (n_tok == 0) return;
     if (logits == nullptr || ids == nullptr || weights == nullptr) moe_fail("moe_route: null pointer");
     const unsigned blocks =
         static_cast<unsigned>((static_cast<int64_t>(n_tok) + kRouteWarps - 1) / kRouteWarps);
     launch_pdl(moe_route_kernel, dim3(blocks), dim3(kRouteWarps * 32), 0, stream, logits, logits_stride,
-               n_tok, n_expert, k, renormalize, ids, weights);
+               n_tok, n_expert, k, renormalize, shared_slot, ids, weights);
 }
 
 void moe_combine(const MoeCombineArgs& in, cudaStream_t stream) {

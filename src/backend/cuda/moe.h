@@ -25,8 +25,12 @@ inline constexpr int kMoeMaxUsed = 16;
 // logits + t * logits_stride (0 = n_expert), n_expert floats (device). ids, weights [n_tok, k]
 // (device). One warp per token. 1 <= n_expert <= kMoeMaxExperts, 1 <= k <= min(n_expert,
 // kMoeMaxUsed); n_tok 0 does nothing. NaN logits give valid ids (weights unspecified).
+// shared_slot: the shared expert runs as one more slot (stacked as expert n_expert after the routed
+// ones): ids, weights are then [n_tok, k + 1] with entry k = (n_expert, sigmoid(logits[t, n_expert]))
+// (the gate logit in the router row's extra column: logits_stride > n_expert; sigmoid in fp32 as
+// 1 / (1 + expf(-g))), and moe_combine runs with k + 1 slots and no shared_out.
 void moe_route(const float* logits, int64_t logits_stride, int n_tok, int n_expert, int k, bool renormalize,
-               int32_t* ids, float* weights, cudaStream_t stream);
+               int32_t* ids, float* weights, cudaStream_t stream, bool shared_slot = false);
 
 // Closes the MoE block:
 //   y[t, i] = residual[t, i] + sigmoid(shared_gate_logit[t]) * shared_out[t, i]
