@@ -264,6 +264,15 @@ Status GgufWriter::put_zeros(uint64_t n) {
     return {};
 }
 
+Status GgufWriter::write_header() {
+    std::vector<uint8_t> header = encode_header();
+    PELICAN_TRY(put(header));
+    if (!tensors_.empty()) PELICAN_TRY(put_zeros(align_up(header.size(), alignment_) - header.size()));
+    cur_ = 0;
+    cur_written_ = 0;
+    return {};
+}
+
 Status GgufWriter::begin(const std::string& path) {
     if (out_ || !path_.empty()) return make_error("GGUF writer: begin() called twice");
     if (version_ != 2 && version_ != 3) return make_error("GGUF writer: cannot write version {}", version_);
@@ -271,12 +280,7 @@ Status GgufWriter::begin(const std::string& path) {
     tmp_path_ = path + ".tmp";
     out_ = std::fopen(tmp_path_.c_str(), "wb");
     if (!out_) return make_error("cannot create '{}': {}", tmp_path_, std::strerror(errno));
-    std::vector<uint8_t> header = encode_header();
-    PELICAN_TRY(put(header));
-    if (!tensors_.empty()) PELICAN_TRY(put_zeros(align_up(header.size(), alignment_) - header.size()));
-    cur_ = 0;
-    cur_written_ = 0;
-    return {};
+    return write_header();
 }
 
 Status GgufWriter::begin_fd(int fd, const std::string& name) {
@@ -291,12 +295,7 @@ Status GgufWriter::begin_fd(int fd, const std::string& name) {
         return make_error("cannot write '{}': {}", name, std::strerror(e));
     }
     path_ = name;  // tmp_path_ stays empty: no rename, nothing to remove
-    std::vector<uint8_t> header = encode_header();
-    PELICAN_TRY(put(header));
-    if (!tensors_.empty()) PELICAN_TRY(put_zeros(align_up(header.size(), alignment_) - header.size()));
-    cur_ = 0;
-    cur_written_ = 0;
-    return {};
+    return write_header();
 }
 
 Status GgufWriter::write_tensor_data(std::span<const uint8_t> chunk) {

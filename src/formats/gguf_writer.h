@@ -77,6 +77,7 @@ private:
     uint64_t data_end_ = 0;  // end of the last tensor, relative to the data section (unpadded)
 
     // Streaming state.
+    Status write_header();  // header, KVs, tensor infos and padding to the data section (begin*)
     std::FILE* out_ = nullptr;
     std::string path_, tmp_path_;
     size_t cur_ = 0;            // tensor being written

@@ -9,14 +9,13 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gpu_upload.h"
+#include "backend/cuda/host_staging.h"
 #include "core/format_bytes.h"
 #include "model/model.h"
 
 namespace pelican::cuda {
 namespace {
-
-constexpr size_t kAlign = 256;
-size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 bool same_params(const GpuSampleParams& a, const GpuSampleParams& b) {
     return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p &&
@@ -28,34 +27,7 @@ bool penalties_on(const GpuSampleParams& p) {
     return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
 }
 
-std::string free_memory_note() {
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-        cudaGetLastError();
-        return "GPU memory unknown";
-    }
-    return fmt::format("GPU memory free {} of {}", human_bytes(free_b), human_bytes(total_b));
-}
-
-// Carves consecutive 256-byte aligned slices out of one allocation.
-class Carver {
-public:
-    size_t add(size_t bytes) {
-        const size_t off = total_;
-        total_ += round_up(bytes);
-        return off;
-    }
-    size_t total() const { return total_; }
-
-private:
-    size_t total_ = 0;
-};
-
 }  // namespace
-
-CudaForward::Pinned::~Pinned() {
-    if (p) PELICAN_CUDA_CHECK(cudaFreeHost(p));
-}
 
 CudaForward::CudaForward(std::shared_ptr<const GpuModel> gm, int64_t n_ctx, int64_t n_batch, DType kv_type,
                          bool use_graph)
@@ -121,7 +93,7 @@ Status CudaForward::init() {
     if (!kv_k_.ok() || !kv_v_.ok())
         return make_error(
             "the {} KV cache for {} positions ({}) does not fit in GPU memory ({}); use a smaller context",
-            dtype_name(kv_type_), n_ctx_, human_bytes(2 * kv_half), free_memory_note());
+            dtype_name(kv_type_), n_ctx_, human_bytes(2 * kv_half), gpu_memory_note());
 
     // Widest part of a split QKV / gate-up (prefill runs it into tmp_, then scatters the columns).
     int64_t split_w = 0;
@@ -144,7 +116,7 @@ Status CudaForward::init() {
     scratch_ = DeviceBuffer(c.total());
     if (!scratch_.ok())
         return make_error("GPU scratch for {} tokens per step ({}) does not fit in GPU memory ({})", n_batch_,
-                          human_bytes(c.total()), free_memory_note());
+                          human_bytes(c.total()), gpu_memory_note());
     auto* base = scratch_.as<std::byte>();
     x_ = reinterpret_cast<float*>(base + o_x);
     xn_ = reinterpret_cast<float*>(base + o_xn);
@@ -172,7 +144,7 @@ Status CudaForward::init() {
     io_ = DeviceBuffer(d.total());
     if (!io_.ok())
         return make_error("GPU input buffers ({}): out of memory ({})", human_bytes(d.total()),
-                          free_memory_note());
+                          gpu_memory_note());
     auto* io = io_.as<std::byte>();
     step_in_ = reinterpret_cast<StepInput*>(io + o_step);
     out_tok_ = reinterpret_cast<int32_t*>(io + o_out);
@@ -188,20 +160,11 @@ Status CudaForward::init() {
     }
 
     // Pinned staging.
-    const auto pin = [](Pinned& p, size_t bytes, const char* what) -> Status {
-        if (cudaMallocHost(&p.p, bytes) != cudaSuccess) {
-            cudaGetLastError();
-            p.p = nullptr;
-            return make_error("allocating {} of pinned host memory ({}) failed", human_bytes(bytes), what);
-        }
-        std::memset(p.p, 0, bytes);
-        return {};
-    };
-    PELICAN_TRY(pin(ring_pin_, sizeof(StepInput) * kRing, "decode inputs"));
-    PELICAN_TRY(pin(prefill_pin_, static_cast<size_t>(n_chunks_ + n_ctx_) * 4, "prompt tokens"));
-    PELICAN_TRY(pin(penalty_pin_, static_cast<size_t>(n_ctx_) * 4, "penalty window"));
-    PELICAN_TRY(pin(out_pin_, sizeof(int32_t), "sampled token"));
-    PELICAN_TRY(pin(logits_pin_, static_cast<size_t>(V) * f, "logits"));
+    PELICAN_TRY(ring_pin_.alloc(sizeof(StepInput) * kRing, "decode inputs"));
+    PELICAN_TRY(prefill_pin_.alloc(static_cast<size_t>(n_chunks_ + n_ctx_) * 4, "prompt tokens"));
+    PELICAN_TRY(penalty_pin_.alloc(static_cast<size_t>(n_ctx_) * 4, "penalty window"));
+    PELICAN_TRY(out_pin_.alloc(sizeof(int32_t), "sampled token"));
+    PELICAN_TRY(logits_pin_.alloc(static_cast<size_t>(V) * f, "logits"));
 
     // cuBLAS prefill: bounds of every matmul of the pass.
     const int64_t max_in = std::max({E, Q, FF});
@@ -209,20 +172,14 @@ Status CudaForward::init() {
     const char* err = nullptr;
     if (!mm_.init(max_in, max_out, n_batch_, stream_, &err))
         return make_error("GPU prefill matmul setup failed: {} ({})", err ? err : "unknown error",
-                          free_memory_note());
+                          gpu_memory_note());
 
     // The decode step: one eager run first (kernels' one-time setup happens outside capture;
     // it writes K/V row 0, which any later eval at position 0 overwrites), then the capture.
     enqueue_step();
     PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (want_graph_) {
-        cudaGraph_t graph = nullptr;
-        PELICAN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        enqueue_step();
-        PELICAN_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-        PELICAN_CUDA_CHECK(cudaGraphInstantiate(&step_exec_, graph, 0));
-        PELICAN_CUDA_CHECK(cudaGraphDestroy(graph));
-        PELICAN_CUDA_CHECK(cudaGraphUpload(step_exec_, stream_));
+        step_exec_ = capture_graph(stream_, [this] { enqueue_step(); });
         PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     return {};

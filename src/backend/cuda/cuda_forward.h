@@ -34,6 +34,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gpu_model.h"
+#include "backend/cuda/host_staging.h"
 #include "backend/cuda/prefill_matmul.h"
 #include "backend/cuda/sampling.h"
 #include "model/forward.h"
@@ -105,14 +106,6 @@ private:
         float u = 0.0f;
         int32_t pad = 0;
     };
-    // Pinned host memory (cudaMallocHost), freed on destruction.
-    struct Pinned {
-        void* p = nullptr;
-        Pinned() = default;
-        Pinned(const Pinned&) = delete;
-        Pinned& operator=(const Pinned&) = delete;
-        ~Pinned();
-    };
 
     CudaForward(std::shared_ptr<const GpuModel> gm, int64_t n_ctx, int64_t n_batch, DType kv_type,
                 bool use_graph);
@@ -168,7 +161,7 @@ private:
     int32_t* penalty_dev_ = nullptr;  // [n_ctx] penalty window
     float* rope_table_ = nullptr;     // [n_ctx, rope_dim] (cos, sin) * mscale pairs (rope_table_build)
     // Pinned host staging.
-    Pinned ring_pin_, prefill_pin_, penalty_pin_, out_pin_, logits_pin_;
+    PinnedHost ring_pin_, prefill_pin_, penalty_pin_, out_pin_, logits_pin_;
     cudaEvent_t ring_ev_[kRing] = {};
     cudaEvent_t prefill_ev_ = nullptr, penalty_ev_ = nullptr;
     int ring_next_ = 0;

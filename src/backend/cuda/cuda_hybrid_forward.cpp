@@ -9,36 +9,12 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gpu_upload.h"
+#include "backend/cuda/host_staging.h"
 #include "core/format_bytes.h"
 #include "model/hybrid_hparams.h"
 #include "model/model.h"
 
 namespace pelican::cuda {
-namespace {
-
-constexpr size_t kAlign = 256;
-size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-// Consecutive 256-byte aligned slices of one allocation.
-class Carver {
-public:
-    size_t add(size_t bytes) {
-        const size_t off = total_;
-        total_ += round_up(bytes);
-        return off;
-    }
-    size_t total() const { return total_; }
-
-private:
-    size_t total_ = 0;
-};
-
-}  // namespace
-
-CudaHybridForward::Pinned::~Pinned() {
-    if (p) PELICAN_CUDA_CHECK(cudaFreeHost(p));
-}
-
 CudaHybridForward::CudaHybridForward(std::shared_ptr<const GpuModel> gm, int64_t n_ctx, int64_t n_batch,
                                      bool use_graph)
     : gm_(std::move(gm)),
@@ -174,32 +150,17 @@ Status CudaHybridForward::init() {
                          rope_table_, stream_);
     }
 
-    const auto pin = [](Pinned& p, size_t bytes, const char* what) -> Status {
-        if (cudaMallocHost(&p.p, bytes) != cudaSuccess) {
-            cudaGetLastError();
-            p.p = nullptr;
-            return make_error("allocating {} of pinned host memory ({}) failed", human_bytes(bytes), what);
-        }
-        std::memset(p.p, 0, bytes);
-        return {};
-    };
-    PELICAN_TRY(pin(step_pin_, sizeof(StepInput) * kRing, "decode inputs"));
-    PELICAN_TRY(pin(prompt_pin_, static_cast<size_t>(n_batch_ + n_micro) * 4, "prompt tokens"));
-    PELICAN_TRY(pin(logits_pin_, static_cast<size_t>(V) * f, "logits"));
+    PELICAN_TRY(step_pin_.alloc(sizeof(StepInput) * kRing, "decode inputs"));
+    PELICAN_TRY(prompt_pin_.alloc(static_cast<size_t>(n_batch_ + n_micro) * 4, "prompt tokens"));
+    PELICAN_TRY(logits_pin_.alloc(static_cast<size_t>(V) * f, "logits"));
 
     // The one-token step: an eager run first (one-time kernel setup outside the capture; it writes
     // state and K/V row 0, so the state is reset after), then the capture.
     enqueue_micro(1, &step_in_->token, &step_in_->pos, false);
     PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (want_graph_) {
-        cudaGraph_t graph = nullptr;
-        PELICAN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        enqueue_micro(1, &step_in_->token, &step_in_->pos, false);
-        PELICAN_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-        PELICAN_CUDA_CHECK(cudaGraphInstantiate(&step_exec_, graph, 0));
-        PELICAN_CUDA_CHECK(cudaGraphDestroy(graph));
-        PELICAN_CUDA_CHECK(cudaGraphUpload(step_exec_, stream_));
-    }
+    if (want_graph_)
+        step_exec_ =
+            capture_graph(stream_, [this] { enqueue_micro(1, &step_in_->token, &step_in_->pos, false); });
     reset_state();
     PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return {};

@@ -33,6 +33,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gpu_model.h"
+#include "backend/cuda/host_staging.h"
 #include "model/forward.h"
 
 namespace pelican::cuda {
@@ -72,13 +73,6 @@ private:
         int32_t pos = 0;
     };
     static constexpr int kRing = 64;  // pinned staging slots for step inputs (the host runs ahead)
-    struct Pinned {                   // cudaMallocHost memory, freed on destruction
-        void* p = nullptr;
-        Pinned() = default;
-        Pinned(const Pinned&) = delete;
-        Pinned& operator=(const Pinned&) = delete;
-        ~Pinned();
-    };
 
     CudaHybridForward(std::shared_ptr<const GpuModel> gm, int64_t n_ctx, int64_t n_batch, bool use_graph);
     Status init();
@@ -130,7 +124,7 @@ private:
     int32_t* ids_dev_ = nullptr;  // [n_batch] prompt tokens of one eval chunk
     int32_t* pos_dev_ = nullptr;  // [n_batch / kMicro + 1] first position of each micro-batch
 
-    Pinned step_pin_, prompt_pin_, logits_pin_;
+    PinnedHost step_pin_, prompt_pin_, logits_pin_;
     cudaEvent_t step_ev_[kRing] = {}, prompt_ev_ = nullptr;
     int ring_next_ = 0;
     cudaGraphExec_t step_exec_ = nullptr;
