@@ -87,6 +87,10 @@ private:
     void attention_layer(const GpuHybridLayer& L, int slot, int n, const int32_t* pos);
     void moe_block(const GpuHybridLayer& L, int n);
     void mlp_block(const GpuHybridLayer& L, int n);
+    // y [n, n_embd] (+ residual) = down(silu(gate) * up) of rms_norm_zc(x_) over stacked or split
+    // gate/up parts (through act_, and gu_ when split).
+    void swiglu_mlp(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, const float* norm, int n,
+                    float* y, const float* residual);
     // GEMV of x_ (with the layer norm) over stacked parts into rows of width `width` of y.
     void gemv_parts(const std::vector<GpuPart>& parts, const float* norm, int n, float* y, int64_t width,
                     bool glu_single);

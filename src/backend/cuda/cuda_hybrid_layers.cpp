@@ -116,27 +116,32 @@ void CudaHybridForward::attention_layer(const GpuHybridLayer& L, int slot, int n
     gemv(L.attn.wo, o, stream_);
 }
 
-// act_ [n, ff] = silu(gate) * up over stacked (or split) gate/up parts of rms_norm_zc(x).
+// Rows of stacked parts.
 static int64_t parts_rows(const std::vector<GpuPart>& parts) {
     int64_t r = 0;
     for (const GpuPart& p : parts) r += p.m.n_out;
     return r;
 }
 
-void CudaHybridForward::mlp_block(const GpuHybridLayer& L, int n) {
-    const int64_t ff = parts_rows(L.mlp.gate_up) / 2;
-    if (L.mlp.gate_up.size() == 1) {
-        gemv_parts(L.mlp.gate_up, L.ffn_norm, n, act_, ff, true);
+void CudaHybridForward::swiglu_mlp(const std::vector<GpuPart>& gate_up, const GpuMatrix& down,
+                                   const float* norm, int n, float* y, const float* residual) {
+    const int64_t ff = parts_rows(gate_up) / 2;
+    if (gate_up.size() == 1) {  // act_ = silu(gate) * up in the GEMV epilogue
+        gemv_parts(gate_up, norm, n, act_, ff, true);
     } else {
-        gemv_parts(L.mlp.gate_up, L.ffn_norm, n, gu_, 2 * ff, false);
+        gemv_parts(gate_up, norm, n, gu_, 2 * ff, false);
         swiglu_stacked(gu_, act_, n, ff, stream_);
     }
     GemvArgs d;
     d.x = act_;
     d.n_tok = n;
-    d.residual = x_;
-    d.y = x_;
-    gemv(L.mlp.down, d, stream_);
+    d.residual = residual;
+    d.y = y;
+    gemv(down, d, stream_);
+}
+
+void CudaHybridForward::mlp_block(const GpuHybridLayer& L, int n) {
+    swiglu_mlp(L.mlp.gate_up, L.mlp.down, L.ffn_norm, n, x_, x_);
 }
 
 void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n) {
@@ -174,43 +179,21 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n) {
     d.y = eout_;
     d.y_slot_stride = E;
     gemv(L.moe.experts_down, d, stream_);
-    if (shared_slot) {  // x += sum_j w_j y_j over the k + 1 slots
-        MoeCombineArgs c;
-        c.n_tok = n;
-        c.n_embd = E;
-        c.k = ko;
-        c.weights = wts_;
-        c.expert_out = eout_;
-        c.residual = x_;
-        c.y = x_;
-        moe_combine(c, stream_);
-        return;
-    }
-    // Shared expert.
-    const int64_t ff_sh = parts_rows(L.moe.shared_gate_up) / 2;
-    if (L.moe.shared_gate_up.size() == 1) {
-        gemv_parts(L.moe.shared_gate_up, L.ffn_norm, n, act_, ff_sh, true);
-    } else {
-        gemv_parts(L.moe.shared_gate_up, L.ffn_norm, n, gu_, 2 * ff_sh, false);
-        swiglu_stacked(gu_, act_, n, ff_sh, stream_);
-    }
-    GemvArgs sd;
-    sd.x = act_;
-    sd.n_tok = n;
-    sd.y = sout_;
-    gemv(L.moe.shared_down, sd, stream_);
-    // x += sum_j w_j y_j + sigmoid(shared gate) * shared
+    // x += sum_j w_j y_j over the slots [+ sigmoid(shared gate) * shared expert, run on its own].
     MoeCombineArgs c;
     c.n_tok = n;
     c.n_embd = E;
-    c.k = k;
+    c.k = ko;
     c.weights = wts_;
     c.expert_out = eout_;
-    c.shared_out = sout_;
-    c.shared_gate_logit = router_ + n_exp;
-    c.shared_gate_stride = n_exp + 1;
     c.residual = x_;
     c.y = x_;
+    if (!shared_slot) {
+        swiglu_mlp(L.moe.shared_gate_up, L.moe.shared_down, L.ffn_norm, n, sout_, nullptr);
+        c.shared_out = sout_;
+        c.shared_gate_logit = router_ + n_exp;
+        c.shared_gate_stride = n_exp + 1;
+    }
     moe_combine(c, stream_);
 }
 
