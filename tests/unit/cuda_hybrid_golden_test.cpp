@@ -157,8 +157,16 @@ TEST_P(CudaHybridGolden, RewindReplaysThePrefix) {
 // memory by convert/synthetic.h) whose shared expert has the routed experts' shape, so the GPU runs it
 // as one more expert slot: F32 weights, GPU logits within 1e-4 (relative to each row's largest) of the
 // CPU pass's, for micro-batched prefill and for the one-token graph step; the dense qwen35 too.
-void check_synthetic_gpu_vs_cpu(const std::string& arch, const std::string& config) {
-    SCOPED_TRACE(arch);
+// A synthetic F32 model of arch written into memory and loaded with GGUF rows (GPU-uploadable).
+struct SyntheticModel {
+    int fd = -1;
+    std::unique_ptr<Model> model;
+    ~SyntheticModel() {
+        model.reset();
+        if (fd >= 0) ::close(fd);
+    }
+};
+void make_synthetic(const std::string& arch, const std::string& config, SyntheticModel& out) {
     SyntheticOptions so;
     so.arch = arch;
     so.config_json = config;
@@ -169,12 +177,18 @@ void check_synthetic_gpu_vs_cpu(const std::string& arch, const std::string& conf
     co.emit.progress = false;
     auto mem = write_synthetic_to_memory(so, co);
     ASSERT_TRUE(mem.ok()) << mem.error().message;
-    struct Close {
-        int fd;
-        ~Close() { ::close(fd); }
-    } close_fd{mem->fd};
+    out.fd = mem->fd;
     auto model = Model::load(mem->path, ModelLoadOptions{.allow_repack = false});
     ASSERT_TRUE(model.ok()) << model.error().message;
+    out.model = std::move(model).value();
+}
+
+void check_synthetic_gpu_vs_cpu(const std::string& arch, const std::string& config) {
+    SCOPED_TRACE(arch);
+    SyntheticModel sm;
+    make_synthetic(arch, config, sm);
+    ASSERT_TRUE(sm.model);
+    auto* model = &sm.model;
     const size_t V = static_cast<size_t>((*model)->hparams().n_vocab);
     std::vector<int32_t> toks;
     for (int i = 0; i < 21; ++i) toks.push_back(static_cast<int32_t>((i * 7919 + 13) % static_cast<int>(V)));
@@ -219,6 +233,57 @@ TEST(CudaHybridSynthetic, MoeSharedSlotMatchesCpu) {
 TEST(CudaHybridSynthetic, DenseMatchesCpu) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     check_synthetic_gpu_vs_cpu("qwen3_5", kSyntheticHybrid);
+}
+
+// The MTP block on the GPU (CudaHybridForward::mtp_eval) against the CPU's HybridForward::mtp_eval on the
+// same rows (hidden states from the CPU pass): every row's logits within 1e-4, mtp_logits() = the last
+// row, and a rewound second call (MTP slots 5..8 again) reproduces those rows.
+TEST(CudaHybridSynthetic, MtpMatchesCpu) {
+    if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
+    std::string config = kSyntheticHybrid;
+    config.replace(config.find("\"mtp_num_hidden_layers\": 0"), 26, "\"mtp_num_hidden_layers\": 1");
+    SyntheticModel sm;
+    make_synthetic("qwen3_5_moe", config, sm);
+    ASSERT_TRUE(sm.model);
+    const Model& model = *sm.model;
+    const size_t V = static_cast<size_t>(model.hparams().n_vocab),
+                 E = static_cast<size_t>(model.hparams().n_embd);
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 13; ++i) toks.push_back(static_cast<int32_t>((i * 104729 + 5) % static_cast<int>(V)));
+    auto cpu = HybridForward::create(model, ForwardOptions{.n_ctx = 64});
+    ASSERT_TRUE(cpu.ok()) << cpu.error().message;
+    ASSERT_TRUE((*cpu)->has_mtp());
+    ThreadPool pool(2);
+    (*cpu)->set_keep_hidden(true);
+    ASSERT_TRUE((*cpu)->eval(toks, 0, pool).ok());
+    const std::vector<float> hidden((*cpu)->hidden_rows().begin(), (*cpu)->hidden_rows().end());
+    ASSERT_EQ(hidden.size(), toks.size() * E);
+    std::vector<int32_t> next(toks.begin() + 1, toks.end());
+    next.push_back(3);
+    std::vector<float> want(next.size() * V), got(next.size() * V), again(4 * V);
+    ASSERT_TRUE((*cpu)->mtp_eval(next, hidden, 0, pool, want).ok());
+
+    auto gm = cuda::GpuModel::upload(model, /*log_progress=*/false);
+    ASSERT_TRUE(gm.ok()) << gm.error().message;
+    ASSERT_TRUE((*gm)->mtp().present);
+    auto gpu = cuda::CudaHybridForward::create(std::shared_ptr<const cuda::GpuModel>(std::move(gm).value()),
+                                               ForwardOptions{.n_ctx = 64});
+    ASSERT_TRUE(gpu.ok()) << gpu.error().message;
+    ASSERT_TRUE((*gpu)->mtp_eval(next, hidden, 0, got).ok());
+    const double d = golden::row_rel_diff(got, want, V);
+    fmt::print("synthetic qwen3_5_moe MTP GPU vs CPU: max relative logit error {:.2e}\n", d);
+    EXPECT_LT(d, 1e-4);
+    const auto last = (*gpu)->mtp_logits();
+    ASSERT_EQ(last.size(), V);
+    EXPECT_TRUE(std::equal(last.begin(), last.end(), got.end() - static_cast<std::ptrdiff_t>(V)));
+    ASSERT_TRUE(
+        (*gpu)
+            ->mtp_eval(std::span(next).subspan(5, 4), std::span(hidden).subspan(5 * E, 4 * E), 5, again)
+            .ok());
+    const std::vector<float> rows(want.begin() + static_cast<std::ptrdiff_t>(5 * V),
+                                  want.begin() + static_cast<std::ptrdiff_t>(9 * V));
+    EXPECT_LT(golden::row_rel_diff(again, rows, V), 1e-4);
+    EXPECT_FALSE((*gpu)->mtp_eval(std::span(next).subspan(0, 1), std::span(hidden).subspan(0, E), 30).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Model, CudaHybridGolden, ::testing::ValuesIn(hybrid_fixtures()),

@@ -70,7 +70,8 @@ Status CudaHybridForward::init() {
     // KV cache of the full-attention layers (F32 when every matrix is F32, as CudaForward) and the
     // recurrent state of the DeltaNet layers (conv inputs + fp32 S).
     const size_t elem = gm_->all_f32() ? 4 : 2;
-    const size_t kv_half = static_cast<size_t>(std::max(n_full_, 1)) * static_cast<size_t>(n_ctx_) *
+    const int kv_slots = n_full_ + (has_mtp() ? 1 : 0);  // the MTP layer's cache is slot n_full_
+    const size_t kv_half = static_cast<size_t>(std::max(kv_slots, 1)) * static_cast<size_t>(n_ctx_) *
                            static_cast<size_t>(KV) * elem;
     kv_k_ = DeviceBuffer(kv_half);
     kv_v_ = DeviceBuffer(kv_half);
@@ -99,12 +100,15 @@ Status CudaHybridForward::init() {
                                                            static_cast<int>(hp_.head_dim), kMicro);
     Carver c;
     const size_t o_x = c.add(M * E * f), o_proj = c.add(M * std::max(w_dn_, w_at_) * f),
-                 o_conv = c.add(M * s.conv_dim() * f), o_core = c.add(M * std::max(s.value_dim(), Q) * f),
+                 o_conv = c.add(M * s.conv_dim() * f),
+                 o_core = c.add(M * std::max({s.value_dim(), Q, E}) * f),
                  o_gu = c.add(M * 2 * std::max<int64_t>(ff, 1) * f),
                  o_act = c.add(M * std::max<int64_t>(ff_sh, 1) * f),
                  o_router = c.add(M * (hy.n_expert + 1) * f), o_ids = c.add(M * k * 4),
                  o_wts = c.add(M * k * f), o_eact = c.add(M * k * ff_e * f), o_eout = c.add(M * k * E * f),
-                 o_sout = c.add(M * E * f), o_logits = c.add(M * V * f), o_aws = c.add(attn_ws_bytes);
+                 o_sout = c.add(M * E * f), o_logits = c.add(M * V * f), o_aws = c.add(attn_ws_bytes),
+                 o_mcat = c.add(has_mtp() ? M * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? M * E * f : 0),
+                 o_mlog = c.add(has_mtp() ? M * V * f : 0);
     scratch_ = DeviceBuffer(c.total());
     if (!scratch_.ok())
         return make_error("GPU scratch ({}) does not fit in GPU memory ({})", human_bytes(c.total()),
@@ -125,6 +129,11 @@ Status CudaHybridForward::init() {
     sout_ = at(o_sout);
     logits_ = at(o_logits);
     attn_ws_ = base + o_aws;
+    if (has_mtp()) {
+        mtp_cat_ = at(o_mcat);
+        mtp_hidden_ = at(o_mhid);
+        mtp_logits_ = at(o_mlog);
+    }
     PELICAN_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch_.size(), stream_));  // the attention
     // workspace must start zeroed; the rest so that no kernel ever reads uninitialised memory
     reset_state();
@@ -152,6 +161,7 @@ Status CudaHybridForward::init() {
 
     PELICAN_TRY(step_pin_.alloc(sizeof(StepInput) * kRing, "decode inputs"));
     PELICAN_TRY(prompt_pin_.alloc(static_cast<size_t>(n_batch_ + n_micro) * 4, "prompt tokens"));
+    if (has_mtp()) PELICAN_TRY(mtp_pin_.alloc(static_cast<size_t>(V) * f, "MTP logits"));
     PELICAN_TRY(logits_pin_.alloc(static_cast<size_t>(V) * f, "logits"));
 
     // The one-token step: an eager run first (one-time kernel setup outside the capture; it writes
@@ -284,6 +294,71 @@ std::span<const float> CudaHybridForward::last_logits() const {
         host_logits_valid_ = true;
     }
     return {static_cast<const float*>(logits_pin_.p), V};
+}
+
+// ---- multi-token prediction ----------------------------------------------------------------------
+
+Status CudaHybridForward::mtp_eval(std::span<const int32_t> next_tokens, std::span<const float> hidden,
+                                   int64_t pos0, std::span<float> all_logits) {
+    if (!has_mtp()) return make_error("{}: the model has no MTP block (mtp.*)", model_.path());
+    const auto n = static_cast<int64_t>(next_tokens.size());
+    const int64_t E = hp_.n_embd, V = hp_.n_vocab;
+    if (n == 0) return make_error("mtp_eval: no tokens");
+    if (static_cast<int64_t>(hidden.size()) != n * E)
+        return make_error("mtp_eval: hidden holds {} floats, expected {} rows x {}", hidden.size(), n, E);
+    if (pos0 < 0 || pos0 + n > n_ctx_)
+        return make_error("mtp_eval: positions {}..{} do not fit the context of {} tokens", pos0,
+                          pos0 + n - 1, n_ctx_);
+    if (pos0 > mtp_n_past_)
+        return make_error("mtp_eval: position {} is past the {} MTP positions evaluated so far", pos0,
+                          mtp_n_past_);
+    for (int64_t i = 0; i < n; ++i)
+        if (next_tokens[i] < 0 || next_tokens[i] >= V)
+            return make_error("mtp_eval: token id {} (at index {}) is outside the vocabulary of {}",
+                              next_tokens[i], i, V);
+    if (!all_logits.empty() && static_cast<int64_t>(all_logits.size()) != n * V)
+        return make_error("mtp_eval: all_logits holds {} floats, expected {} tokens x {} vocab",
+                          all_logits.size(), n, V);
+    const bool rows = !all_logits.empty();
+    for (int64_t c0 = 0; c0 < n; c0 += n_batch_) {  // chunks staged like prompt chunks
+        const int64_t m = std::min(n_batch_, n - c0);
+        const int64_t n_micro = (m + kMicro - 1) / kMicro;
+        PELICAN_CUDA_CHECK(cudaEventSynchronize(prompt_ev_));
+        auto* host = static_cast<int32_t*>(prompt_pin_.p);
+        for (int64_t u = 0; u < n_micro; ++u) host[u] = static_cast<int32_t>(pos0 + c0 + u * kMicro);
+        std::memcpy(host + n_micro, next_tokens.data() + c0, static_cast<size_t>(m) * 4);
+        PELICAN_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host, static_cast<size_t>(n_micro) * 4,
+                                           cudaMemcpyHostToDevice, stream_));
+        PELICAN_CUDA_CHECK(cudaMemcpyAsync(ids_dev_, host + n_micro, static_cast<size_t>(m) * 4,
+                                           cudaMemcpyHostToDevice, stream_));
+        PELICAN_CUDA_CHECK(cudaEventRecord(prompt_ev_, stream_));
+        for (int64_t u = 0; u < n_micro; ++u) {
+            const int b = static_cast<int>(std::min<int64_t>(kMicro, m - u * kMicro));
+            const int64_t row0 = c0 + u * kMicro;
+            // Pageable host memory: staged by the driver, in stream order.
+            PELICAN_CUDA_CHECK(cudaMemcpyAsync(mtp_hidden_, hidden.data() + row0 * E,
+                                               static_cast<size_t>(b * E) * sizeof(float),
+                                               cudaMemcpyHostToDevice, stream_));
+            enqueue_mtp(b, ids_dev_ + u * kMicro, pos_dev_ + u, rows);
+            if (rows)
+                PELICAN_CUDA_CHECK(cudaMemcpyAsync(all_logits.data() + row0 * V, mtp_logits_,
+                                                   static_cast<size_t>(b * V) * sizeof(float),
+                                                   cudaMemcpyDeviceToHost, stream_));
+            if (row0 + b == n) {  // the last row's logits for mtp_logits()
+                const float* last = mtp_logits_ + (rows ? static_cast<int64_t>(b - 1) * V : 0);
+                PELICAN_CUDA_CHECK(cudaMemcpyAsync(mtp_pin_.p, last, static_cast<size_t>(V) * sizeof(float),
+                                                   cudaMemcpyDeviceToHost, stream_));
+            }
+        }
+    }
+    PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    mtp_n_past_ = pos0 + n;
+    return {};
+}
+
+std::span<const float> CudaHybridForward::mtp_logits() const {
+    if (mtp_n_past_ == 0 || !mtp_pin_.p) return {};
+    return {static_cast<const float*>(mtp_pin_.p), static_cast<size_t>(hp_.n_vocab)};
 }
 
 Status CudaHybridForward::synchronize() {

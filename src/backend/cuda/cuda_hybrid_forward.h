@@ -19,7 +19,7 @@
 //   logits = LM head GEMV with the final norm (last token, or every token for all_logits).
 // The one-token step is captured once in a CUDA graph (token and position read from device
 // memory). The recurrent state cannot rewind: eval at pos0 < n_past resets it and replays the kept
-// tokens 0 .. pos0-1 (as the CPU pass does). MTP is not run on the GPU yet.
+// tokens 0 .. pos0-1 (as the CPU pass does). The MTP block runs through mtp_eval (below).
 // Prompt speed is not the aim of this first version (eight tokens per weight pass); decode is.
 #pragma once
 
@@ -62,6 +62,19 @@ public:
     Status synchronize() override;
 
     int64_t n_past() const { return static_cast<int64_t>(history_.size()); }
+
+    // ---- multi-token prediction (as HybridForward::mtp_eval; model/hybrid_forward.h) ----
+    bool has_mtp() const { return gm_->mtp().present; }
+    // Runs the MTP block on n rows: row i is main position p = pos0 + i with hidden[i] = h_p (the final-
+    // normed hidden state, host memory [n, n_embd]) and next_tokens[i] = x_{p+1}; writes MTP KV slots
+    // pos0 .. pos0+n-1 (pos0 may rewind, not skip past mtp_n_past()). mtp_logits() then holds the last
+    // row's logits; all_logits, when given, receives every row [n, n_vocab]. Returns once done.
+    // The MTP layer ropes at the slot position p instead of p + 1: the attention scores depend only on
+    // position differences, so the result is the same up to rounding.
+    Status mtp_eval(std::span<const int32_t> next_tokens, std::span<const float> hidden, int64_t pos0,
+                    std::span<float> all_logits = {});
+    std::span<const float> mtp_logits() const;
+    int64_t mtp_n_past() const { return mtp_n_past_; }
     bool uses_graph() const { return step_exec_ != nullptr; }
     const GpuModel& weights() const { return *gm_; }
     const std::shared_ptr<const GpuModel>& weights_ptr() const { return gm_; }
@@ -95,6 +108,7 @@ private:
     void gemv_parts(const std::vector<GpuPart>& parts, const float* norm, int n, float* y, int64_t width,
                     bool glu_single);
     Status run_tokens(std::span<const int32_t> tokens, int64_t pos0, std::span<float> all_logits);
+    void enqueue_mtp(int n, const int32_t* ids, const int32_t* pos, bool all_rows);
 
     std::shared_ptr<const GpuModel> gm_;
     const Model& model_;
@@ -109,19 +123,22 @@ private:
     DeviceBuffer kv_k_, kv_v_, state_, scratch_, io_;
     size_t conv_floats_ = 0, ssm_floats_ = 0;  // per DeltaNet layer
     // Scratch [kMicro, ...] fp32 unless noted.
-    float* x_ = nullptr;       // [M, n_embd] residual stream
-    float* proj_ = nullptr;    // [M, max(w_dn_, w_at_)] in_proj / qkvg outputs
-    float* conv_ = nullptr;    // [M, conv_dim]
-    float* core_ = nullptr;    // [M, max(value_dim, q_dim)] DeltaNet / attention outputs
-    float* gu_ = nullptr;      // [M, 2 * max ff] split gate/up parts
-    float* act_ = nullptr;     // [M, max ff] dense / shared SwiGLU output
-    float* router_ = nullptr;  // [M, n_expert + 1]
-    int32_t* ids_ = nullptr;   // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
-    float* wts_ = nullptr;     // [M, ko] expert weights
-    float* eact_ = nullptr;    // [M * ko, n_ff_expert]
-    float* eout_ = nullptr;    // [M * ko, n_embd]
-    float* sout_ = nullptr;    // [M, n_embd] shared expert output
-    float* logits_ = nullptr;  // [M, n_vocab]; row 0 = the last token's after enqueue_micro
+    float* x_ = nullptr;        // [M, n_embd] residual stream
+    float* proj_ = nullptr;     // [M, max(w_dn_, w_at_)] in_proj / qkvg outputs
+    float* conv_ = nullptr;     // [M, conv_dim]
+    float* core_ = nullptr;     // [M, max(value_dim, q_dim, n_embd)] DeltaNet / attention outputs; MTP norms
+    float* gu_ = nullptr;       // [M, 2 * max ff] split gate/up parts
+    float* act_ = nullptr;      // [M, max ff] dense / shared SwiGLU output
+    float* router_ = nullptr;   // [M, n_expert + 1]
+    int32_t* ids_ = nullptr;    // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
+    float* wts_ = nullptr;      // [M, ko] expert weights
+    float* eact_ = nullptr;     // [M * ko, n_ff_expert]
+    float* eout_ = nullptr;     // [M * ko, n_embd]
+    float* sout_ = nullptr;     // [M, n_embd] shared expert output
+    float* logits_ = nullptr;   // [M, n_vocab]; row 0 = the last token's after enqueue_micro
+    float* mtp_cat_ = nullptr;  // [M, 2 n_embd] MTP fc input (MTP only)
+    float* mtp_hidden_ = nullptr;  // [M, n_embd] the rows' hidden states (MTP only)
+    float* mtp_logits_ = nullptr;  // [M, n_vocab] (MTP only)
     void* attn_ws_ = nullptr;
     float* rope_table_ = nullptr;
     StepInput* step_in_ = nullptr;
@@ -134,6 +151,8 @@ private:
     cudaGraphExec_t step_exec_ = nullptr;
 
     std::vector<int32_t> history_;  // tokens at positions 0 .. n_past-1
+    int64_t mtp_n_past_ = 0;
+    PinnedHost mtp_pin_;  // [n_vocab] the last MTP row's logits on the host
     bool have_logits_ = false;
     mutable bool host_logits_valid_ = false;
 };

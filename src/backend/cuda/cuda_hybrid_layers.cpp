@@ -197,6 +197,42 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n) {
     moe_combine(c, stream_);
 }
 
+// MTP rows (cuda_hybrid_forward.h mtp_eval): x = fc([norm_embd(embd[ids]) | norm_hidden(mtp_hidden_)]),
+// the MTP decoder layer over its own KV slot (n_full_), logits = LM head(norm(x)) into mtp_logits_ (the
+// last row in row 0, or every row).
+void CudaHybridForward::enqueue_mtp(int n, const int32_t* ids, const int32_t* pos, bool all_rows) {
+    const GpuMtp& M = gm_->mtp();
+    const int64_t E = hp_.n_embd;
+    const size_t row = static_cast<size_t>(E) * sizeof(float);
+    get_rows(gm_->tok_embd(), gm_->tok_embd_type(), E, gm_->tok_embd_row_bytes(), ids, n, hp_.embd_scale, x_,
+             stream_);
+    rms_norm(x_, M.norm_embd, core_, n, E, hp_.rms_eps, /*one_plus=*/true, stream_);
+    PELICAN_CUDA_CHECK(cudaMemcpy2DAsync(mtp_cat_, 2 * row, core_, row, row, static_cast<size_t>(n),
+                                         cudaMemcpyDeviceToDevice, stream_));
+    rms_norm(mtp_hidden_, M.norm_hidden, core_, n, E, hp_.rms_eps, /*one_plus=*/true, stream_);
+    PELICAN_CUDA_CHECK(cudaMemcpy2DAsync(mtp_cat_ + E, 2 * row, core_, row, row, static_cast<size_t>(n),
+                                         cudaMemcpyDeviceToDevice, stream_));
+    GemvArgs fc;
+    fc.x = mtp_cat_;
+    fc.n_tok = n;
+    fc.y = x_;
+    gemv(M.fc, fc, stream_);
+    attention_layer(M.layer, n_full_, n, pos);
+    if (hp_.hybrid->moe)
+        moe_block(M.layer, n);
+    else
+        mlp_block(M.layer, n);
+    GemvArgs h;
+    h.x = all_rows ? x_ : x_ + static_cast<int64_t>(n - 1) * E;
+    h.n_tok = all_rows ? n : 1;
+    h.norm_w = M.norm;
+    h.norm_eps = hp_.rms_eps;
+    h.norm_one_plus = true;
+    h.scale = hp_.logit_scale;
+    h.y = mtp_logits_;
+    gemv(gm_->output(), h, stream_);
+}
+
 void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* pos, bool all_rows,
                                       bool logits) {
     const int64_t E = hp_.n_embd;

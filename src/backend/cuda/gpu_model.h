@@ -103,6 +103,17 @@ struct GpuHybridLayer {
     GpuMlp mlp;                        // qwen35
 };
 
+// The multi-token-prediction block (mtp.*; model/hybrid_weights.h MtpWeights): fc over
+// [norm_embd(embd[x_{p+1}]) | norm_hidden(h_p)], one gated-attention decoder layer, norm, the LM head.
+struct GpuMtp {
+    bool present = false;
+    GpuMatrix fc;                        // [n_embd, 2 n_embd]
+    const float* norm_embd = nullptr;    // [n_embd] zero-centred
+    const float* norm_hidden = nullptr;  // [n_embd] zero-centred
+    const float* norm = nullptr;         // [n_embd] zero-centred, before the LM head
+    GpuHybridLayer layer;                // full attention + MoE / MLP
+};
+
 // Whether the GPU forward pass can run this model: a dense Llama-family architecture or the hybrid
 // Qwen3.5 stack, every matrix of a GPU matmul type (routed experts of one type per projection), an
 // embedding get_rows can read, GGUF-row (not repacked) weights.
@@ -127,6 +138,7 @@ public:
     bool hybrid() const { return hybrid_; }
     const GpuHybridLayer& hybrid_layer(int i) const { return hybrid_layers_[static_cast<size_t>(i)]; }
     int n_hybrid_layer() const { return static_cast<int>(hybrid_layers_.size()); }
+    const GpuMtp& mtp() const { return mtp_; }
     const GpuMatrix& output() const { return output_; }  // [n_vocab, n_embd] LM head
     const float* output_norm() const { return output_norm_; }
     const float* inv_freq() const { return inv_freq_; }       // [rope_dim / 2], scaling applied
@@ -154,6 +166,7 @@ private:
     bool hybrid_ = false;
     std::vector<GpuHybridLayer> hybrid_layers_;
     size_t hybrid_read_bytes_ = 0;  // matrix bytes of one decode step (routed experts: k of E)
+    GpuMtp mtp_;
     GpuMatrix output_;
     DeviceBuffer vectors_;  // every fp32 vector, 256-byte aligned slices
     DeviceBuffer tok_embd_;

@@ -78,8 +78,16 @@ Status gpu_supports_hybrid(const Model& model) {
         return make_error(
             "{}: the GPU MoE router takes at most {} experts and {} per token (this model: {}, {})",
             model.path(), kMoeMaxExperts, kMoeMaxUsed, h.n_expert, h.n_expert_used);
-    for (int il = 0; il < hp.n_layer; ++il) {
-        const HybridLayerWeights& l = hw->layers[static_cast<size_t>(il)];
+    // The decoder layers, then the MTP block's layer (named blk.<n_layer>, as llama.cpp's nextn layer).
+    std::vector<const HybridLayerWeights*> layers;
+    for (const HybridLayerWeights& l : hw->layers) layers.push_back(&l);
+    if (hw->mtp.present && !hw->mtp.layers.empty()) {
+        Status s = check_gpu_matrix(hw->mtp.fc, "mtp.fc");
+        if (!s.ok()) return make_error("{}: {}", model.path(), s.error().message);
+        layers.push_back(&hw->mtp.layers[0]);
+    }
+    for (int il = 0; il < static_cast<int>(layers.size()); ++il) {
+        const HybridLayerWeights& l = *layers[static_cast<size_t>(il)];
         for (const auto& [w, name] : layer_matrices(l, h.moe)) {
             Status s = check_gpu_matrix(*w, gpu_layer_name(il, name));
             if (!s.ok()) return make_error("{}: {}", model.path(), s.error().message);
@@ -110,11 +118,11 @@ Status GpuModel::upload_hybrid(Uploader& up, VecArena& vecs, size_t* vec_read) {
     const HybridHParams& h = *hp.hybrid;
     const HybridWeights& hw = *model_.hybrid_weights();
     const int64_t e = hp.n_embd, hd = hp.head_dim, nh = hp.n_head;
-    hybrid_ = true;
-    hybrid_layers_.resize(static_cast<size_t>(hp.n_layer));
-    for (int il = 0; il < hp.n_layer; ++il) {
-        const HybridLayerWeights& l = hw.layers[static_cast<size_t>(il)];
-        GpuHybridLayer& g = hybrid_layers_[static_cast<size_t>(il)];
+    // One layer into g (il: the name in errors); *read += the bytes one decode step reads of it,
+    // *vread += its vector bytes.
+    const auto upload_layer = [&](const HybridLayerWeights& l, int il, GpuHybridLayer& g, size_t* read,
+                                  size_t* vread) -> Status {
+        size_t* vec_read = vread;
         g.full_attention = l.full_attention;
         vecs.add(&g.attn_norm, {{l.attn_norm, e}});
         vecs.add(&g.ffn_norm, {{l.ffn_norm, e}});
@@ -187,21 +195,45 @@ Status GpuModel::upload_hybrid(Uploader& up, VecArena& vecs, size_t* vec_read) {
             const size_t n_stacked = m.experts.size() + (g.moe.shared_in_experts ? 1 : 0);
             const size_t n_read = static_cast<size_t>(h.n_expert_used) + (g.moe.shared_in_experts ? 1 : 0);
             const size_t expert_bytes = g.moe.experts_gate_up.read_bytes + g.moe.experts_down.read_bytes;
-            hybrid_read_bytes_ +=
-                (dense_bytes - before) + expert_bytes * n_read / std::max<size_t>(1, n_stacked);
+            *read += (dense_bytes - before) + expert_bytes * n_read / std::max<size_t>(1, n_stacked);
         } else {
             const RowSegment gu[2] = {seg(l.mlp.gate, "ffn_gate"), seg(l.mlp.up, "ffn_up")};
             PELICAN_TRY(up.parts(gu, il, g.mlp.gate_up));
             const cpu::Weight* dn[1] = {&l.mlp.down};
             PELICAN_TRY(up.stack(dn, gpu_layer_name(il, "ffn_down"), g.mlp.down));
-            hybrid_read_bytes_ += up.read_bytes - before;
+            *read += up.read_bytes - before;
         }
+        return {};
+    };
+    hybrid_ = true;
+    hybrid_layers_.resize(static_cast<size_t>(hp.n_layer));
+    for (int il = 0; il < hp.n_layer; ++il)
+        PELICAN_TRY(upload_layer(hw.layers[static_cast<size_t>(il)], il,
+                                 hybrid_layers_[static_cast<size_t>(il)], &hybrid_read_bytes_, vec_read));
+    // The MTP block (not read by a decode step): fc, its norms and its decoder layer (named blk.<n_layer>).
+    if (hw.mtp.present && !hw.mtp.layers.empty()) {
+        size_t mtp_read = 0, mtp_vec = 0;
+        const cpu::Weight* fc[1] = {&hw.mtp.fc};
+        PELICAN_TRY(up.stack(fc, "mtp.fc", mtp_.fc));
+        vecs.add(&mtp_.norm_embd, {{hw.mtp.norm_embd, e}});
+        vecs.add(&mtp_.norm_hidden, {{hw.mtp.norm_hidden, e}});
+        vecs.add(&mtp_.norm, {{hw.mtp.norm, e}});
+        PELICAN_TRY(
+            upload_layer(hw.mtp.layers[0], static_cast<int>(hp.n_layer), mtp_.layer, &mtp_read, &mtp_vec));
+        mtp_.present = true;
     }
     return {};
 }
 
 void GpuModel::tune_hybrid(const std::function<void(GpuMatrix&, bool, bool, bool)>& tune) {
-    for (GpuHybridLayer& g : hybrid_layers_) {
+    std::vector<GpuHybridLayer*> layers;
+    for (GpuHybridLayer& g : hybrid_layers_) layers.push_back(&g);
+    if (mtp_.present) {
+        layers.push_back(&mtp_.layer);
+        tune(mtp_.fc, false, false, false);
+    }
+    for (GpuHybridLayer* gp : layers) {
+        GpuHybridLayer& g = *gp;
         if (g.full_attention) {
             for (GpuPart& p : g.attn.qkvg) tune(p.m, true, false, false);
             tune(g.attn.wo, false, false, true);
@@ -219,7 +251,12 @@ void GpuModel::tune_hybrid(const std::function<void(GpuMatrix&, bool, bool, bool
 }
 
 void GpuModel::free_hybrid() {
-    for (GpuHybridLayer& g : hybrid_layers_) {
+    std::vector<GpuHybridLayer*> layers;
+    for (GpuHybridLayer& g : hybrid_layers_) layers.push_back(&g);
+    layers.push_back(&mtp_.layer);
+    free_matrix(mtp_.fc);
+    for (GpuHybridLayer* gp : layers) {
+        GpuHybridLayer& g = *gp;
         for (GpuPart& p : g.linear.in_proj) free_matrix(p.m);
         free_matrix(g.linear.out);
         for (GpuPart& p : g.attn.qkvg) free_matrix(p.m);
@@ -233,6 +270,7 @@ void GpuModel::free_hybrid() {
         free_matrix(g.mlp.down);
     }
     hybrid_layers_.clear();
+    mtp_ = GpuMtp{};
 }
 
 }  // namespace pelican::cuda
