@@ -51,6 +51,11 @@ Expected<ConvertJob> plan_convert_hf(const std::string& folder, const ConvertOpt
     if (!arch)
         return make_error("{}: model_type \"{}\" is not supported (supported: {})", cfg_path, cfg.model_type,
                           supported_arch_list());
+    if (arch->gguf_write_name.empty())
+        return make_error(
+            "{}: model_type \"{}\" runs from its Hugging Face folder; converting it to GGUF is not "
+            "supported yet",
+            cfg_path, cfg.model_type);
     PELICAN_ASSIGN(ModelHParams hp, hparams_from_hf(cfg, *arch, cfg_path));
     if (arch->hybrid) return plan_convert_hybrid(folder, opt, cfg, hp);
 

@@ -57,6 +57,9 @@ Expected<ConvertJob> plan_synthetic(const SyntheticOptions& s, const ConvertOpti
     const ArchSpec* arch = find_arch(s.arch);
     if (!arch)
         return make_error("unknown architecture \"{}\" (supported: {})", s.arch, supported_arch_list());
+    if (arch->gguf_write_name.empty())
+        return make_error(
+            "--synthetic {}: this architecture has no GGUF layout yet (Hugging Face folders only)", s.arch);
 
     nlohmann::json j;
     try {

@@ -51,5 +51,6 @@ const ArchSpec& arch_qwen3();
 const ArchSpec& arch_granite();
 const ArchSpec& arch_qwen35moe();  // hybrid (model/archs/qwen3_5.cpp)
 const ArchSpec& arch_qwen35();
+const ArchSpec& arch_qwen3next();
 
 }  // namespace pelican

@@ -8,14 +8,14 @@ namespace pelican {
 std::string_view rope_layout_name(RopeLayout l) { return l == RopeLayout::kInterleaved ? "normal" : "neox"; }
 
 std::span<const ArchSpec* const> all_archs() {
-    static const std::array<const ArchSpec*, 7> archs{&arch_llama(), &arch_mistral(), &arch_qwen2(),
-                                                      &arch_qwen3(), &arch_granite(), &arch_qwen35moe(),
-                                                      &arch_qwen35()};
+    static const std::array<const ArchSpec*, 8> archs{&arch_llama(),  &arch_mistral(),  &arch_qwen2(),
+                                                      &arch_qwen3(),  &arch_granite(),  &arch_qwen35moe(),
+                                                      &arch_qwen35(), &arch_qwen3next()};
     return archs;
 }
 
 std::string_view supported_arch_list() {
-    return "llama, mistral, qwen2, qwen3, granite, qwen3_5_moe, qwen3_5";
+    return "llama, mistral, qwen2, qwen3, granite, qwen3_5_moe, qwen3_5, qwen3_next";
 }
 
 const ArchSpec* find_arch_by_gguf(std::string_view general_architecture) {

@@ -11,7 +11,7 @@ Expected<ModelHParams> hybrid_hparams_from_hf(const HfConfig& c, const ArchSpec&
     PELICAN_ASSIGN(ModelHParams hp, hparams_common_from_hf(c, arch, source));
 
     HybridHParams h;
-    h.moe = arch.name == "qwen35moe";
+    h.moe = arch.name == "qwen35moe" || arch.name == "qwen3next";
     if (static_cast<int64_t>(c.layer_types.size()) != c.num_hidden_layers)
         return make_error("{}: layer_types has {} entries for {} layers", source, c.layer_types.size(),
                           c.num_hidden_layers);

@@ -2,6 +2,7 @@
 #include "model/hybrid_weights.h"
 
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -76,6 +77,22 @@ public:
         return prepare(v);
     }
 
+    // The rows `rows` of the 2-D tensor t (in that order) as an owned, contiguous matrix (for weights
+    // stored interleaved, e.g. Qwen3-Next's fused projections).
+    Expected<cpu::Weight> gather_rows(const Tensor& t, const std::vector<int64_t>& rows, std::string label) {
+        const size_t rb = static_cast<size_t>(t.row_bytes());
+        PELICAN_ASSIGN(Buffer b, Buffer::allocate(rb * rows.size()));
+        auto* dst = static_cast<uint8_t*>(b.data());
+        for (size_t i = 0; i < rows.size(); ++i)
+            std::memcpy(dst + i * rb, static_cast<const uint8_t*>(t.data) + rows[i] * t.nb[1], rb);
+        hw_.owned.push_back(std::move(b));
+        hw_.names.push_back(std::move(label));
+        PELICAN_ASSIGN(Tensor v,
+                       Tensor::contiguous_view(t.dtype, {t.ne[0], static_cast<int64_t>(rows.size())}, dst,
+                                               hw_.names.back()));
+        return prepare(v);
+    }
+
     const WeightSource& src() const { return src_; }
     // A name that lives as long as the weights (Tensor::name is a view).
     const std::string& keep_name(std::string n) {
@@ -136,10 +153,35 @@ Status load_attention(HfLoader& L, const std::string& p, const ModelHParams& hp,
 Status load_deltanet(HfLoader& L, const std::string& p, const ModelHParams& hp, DeltaNetWeights& w) {
     const HybridHParams& h = *hp.hybrid;
     const int64_t e = hp.n_embd, nv = h.linear.n_v_heads, cd = h.linear.conv_dim(), vd = h.linear.value_dim();
-    PELICAN_ASSIGN(w.in_qkv, L.matrix(p + "in_proj_qkv.weight", cd, e));
-    PELICAN_ASSIGN(w.in_z, L.matrix(p + "in_proj_z.weight", vd, e));
-    PELICAN_ASSIGN(w.in_b, L.matrix(p + "in_proj_b.weight", nv, e));
-    PELICAN_ASSIGN(w.in_a, L.matrix(p + "in_proj_a.weight", nv, e));
+    const int64_t kd = h.linear.key_dim();
+    PELICAN_ASSIGN(std::optional<Tensor> qkvz, L.get(p + "in_proj_qkvz.weight", {2 * kd + 2 * vd, e}, false));
+    if (qkvz) {
+        // Qwen3-Next: per key head g, rows [q_g (d_k) | k_g (d_k) | v_g (r d_v) | z_g (r d_v)] with r value
+        // heads per key head (value head g r + j), and in_proj_ba per g: [b_g (r) | a_g (r)]. Split into
+        // [Q | K | V], z, b, a in head order (transformers' fix_query_key_value_ordering).
+        PELICAN_ASSIGN(std::optional<Tensor> ba, L.get(p + "in_proj_ba.weight", {2 * nv, e}, true));
+        const int64_t nk = h.linear.n_k_heads, dk = h.linear.d_k, r = nv / nk, rv = r * h.linear.d_v;
+        const int64_t group = 2 * dk + 2 * rv;
+        std::vector<int64_t> qkv, z, b, a;
+        auto span = [](std::vector<int64_t>& out, int64_t first, int64_t n) {
+            for (int64_t i = 0; i < n; ++i) out.push_back(first + i);
+        };
+        for (int64_t g = 0; g < nk; ++g) span(qkv, g * group, dk);           // Q
+        for (int64_t g = 0; g < nk; ++g) span(qkv, g * group + dk, dk);      // K
+        for (int64_t g = 0; g < nk; ++g) span(qkv, g * group + 2 * dk, rv);  // V
+        for (int64_t g = 0; g < nk; ++g) span(z, g * group + 2 * dk + rv, rv);
+        for (int64_t g = 0; g < nk; ++g) span(b, g * 2 * r, r);
+        for (int64_t g = 0; g < nk; ++g) span(a, g * 2 * r + r, r);
+        PELICAN_ASSIGN(w.in_qkv, L.gather_rows(*qkvz, qkv, p + "in_proj_qkvz.weight[qkv]"));
+        PELICAN_ASSIGN(w.in_z, L.gather_rows(*qkvz, z, p + "in_proj_qkvz.weight[z]"));
+        PELICAN_ASSIGN(w.in_b, L.gather_rows(*ba, b, p + "in_proj_ba.weight[b]"));
+        PELICAN_ASSIGN(w.in_a, L.gather_rows(*ba, a, p + "in_proj_ba.weight[a]"));
+    } else {
+        PELICAN_ASSIGN(w.in_qkv, L.matrix(p + "in_proj_qkv.weight", cd, e));
+        PELICAN_ASSIGN(w.in_z, L.matrix(p + "in_proj_z.weight", vd, e));
+        PELICAN_ASSIGN(w.in_b, L.matrix(p + "in_proj_b.weight", nv, e));
+        PELICAN_ASSIGN(w.in_a, L.matrix(p + "in_proj_a.weight", nv, e));
+    }
     PELICAN_ASSIGN(w.conv, L.floats(p + "conv1d.weight", {cd, 1, h.conv_kernel}));
     PELICAN_ASSIGN(w.dt_bias, L.vec(p + "dt_bias", nv));
     PELICAN_ASSIGN(w.a_log, L.vec(p + "A_log", nv));

@@ -174,6 +174,16 @@ HYBRID_VARIANTS = {
                     config_classes=("Qwen3_5TextConfig",),
                     model_classes=("Qwen3_5ForCausalLM",),
                     overrides=dict(intermediate_size=96)),
+    # Qwen3-Next: the same stack with fused, per-key-head-grouped DeltaNet projections (in_proj_qkvz,
+    # in_proj_ba) and per-expert modules; no mrope.
+    "qwen3_next": dict(text_model_type="qwen3_next",
+                       config_classes=("Qwen3NextConfig",),
+                       model_classes=("Qwen3NextForCausalLM",),
+                       overrides=dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                      shared_expert_intermediate_size=48, norm_topk_prob=True,
+                                      decoder_sparse_step=1, mlp_only_layers=[],
+                                      rope_parameters=dict(rope_type="default", rope_theta=10000000.0,
+                                                           partial_rotary_factor=0.25))),
 }
 
 # A prompt of well over 100 tokens of this 512-token vocabulary, so the chunked (64-token) prefill

@@ -39,4 +39,21 @@ const ArchSpec& arch_qwen35() {
     return spec;
 }
 
+// Qwen3-Next (HF qwen3_next, e.g. Qwen3-Next-80B-A3B): the same hybrid MoE stack; its DeltaNet input
+// projections come fused and grouped per key head (in_proj_qkvz, in_proj_ba), split on load
+// (model/hybrid_weights.cpp). Hugging Face folders only: no GGUF read or write yet.
+const ArchSpec& arch_qwen3next() {
+    static constexpr std::string_view hf[] = {"qwen3_next"};
+    static const ArchSpec spec{
+        .name = "qwen3next",
+        .gguf_names = {},
+        .hf_model_types = hf,
+        .gguf_write_name = "",
+        .gguf_rope = RopeLayout::kNeox,
+        .qk_norm = Need::Required,
+        .hybrid = true,
+    };
+    return spec;
+}
+
 }  // namespace pelican
