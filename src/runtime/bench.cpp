@@ -271,17 +271,18 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
         return fwd->eval(std::span<const int32_t>(&tok, 1), pos, threads);
     };
 #ifdef PELICAN_HAVE_CUDA
+    // GPU passes: the weight bytes one step reads as uploaded (hybrid: k of the E routed experts) and
+    // the KV cache's element type.
+    const auto gpu_bytes = [&](const auto& pass) {
+        r.model.decode_weight_bytes = static_cast<int64_t>(pass.weights().decode_read_bytes());
+        r.kv = decode_kv_bytes(engine.model(), p.depth, p.n_gen, pass.kv_type() == DType::F32 ? 4 : 2);
+        r.kv_type = std::string(dtype_name(pass.kv_type()));
+    };
     if (auto* cf = dynamic_cast<cuda::CudaForward*>(fwd.get())) {
         step = [cf](int32_t tok, int64_t pos) { return cf->decode_no_logits(tok, pos); };
-        r.model.decode_weight_bytes = static_cast<int64_t>(cf->weights().decode_read_bytes());
-        r.kv = decode_kv_bytes(engine.model(), p.depth, p.n_gen, cf->kv_type() == DType::F32 ? 4 : 2);
-        r.kv_type = std::string(dtype_name(cf->kv_type()));
-    }
-    if (auto* hf = dynamic_cast<cuda::CudaHybridForward*>(fwd.get())) {
-        // Weights one step reads: dense parts, k of the E routed experts, the LM head.
-        r.model.decode_weight_bytes = static_cast<int64_t>(hf->weights().decode_read_bytes());
-        r.kv = decode_kv_bytes(engine.model(), p.depth, p.n_gen, hf->kv_type() == DType::F32 ? 4 : 2);
-        r.kv_type = std::string(dtype_name(hf->kv_type()));
+        gpu_bytes(*cf);
+    } else if (auto* hf = dynamic_cast<cuda::CudaHybridForward*>(fwd.get())) {
+        gpu_bytes(*hf);  // its eval of one token is the graph-replayed step, without a host sync
     }
 #endif
 

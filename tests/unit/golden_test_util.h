@@ -25,18 +25,25 @@ namespace fs = std::filesystem;
 
 inline const fs::path kGoldenDir = fs::path(PELICAN_SOURCE_DIR) / "tests" / "golden";
 
-// Variant folder names that hold a reference, sorted.
-inline std::vector<std::string> fixture_names() {
+// Names of dir's sub-folders that hold a reference.safetensors, sorted.
+inline std::vector<std::string> fixtures_in(const fs::path& dir) {
     std::vector<std::string> out;
     std::error_code ec;
-    if (!fs::is_directory(kGoldenDir, ec)) return out;
-    for (const auto& e : fs::directory_iterator(kGoldenDir))
+    if (!fs::is_directory(dir, ec)) return out;
+    for (const auto& e : fs::directory_iterator(dir))
         if (fs::exists(e.path() / "reference.safetensors")) out.push_back(e.path().filename().string());
     std::sort(out.begin(), out.end());
     return out;
 }
 
+// Variant folder names that hold a reference, sorted.
+inline std::vector<std::string> fixture_names() { return fixtures_in(kGoldenDir); }
+
 // gtest parameter names: alphanumerics only.
+// The hybrid Qwen3.5 fixtures under tests/golden/hybrid/ (sub-folders with a reference.safetensors).
+inline const fs::path kHybridDir = kGoldenDir / "hybrid";
+inline std::vector<std::string> hybrid_fixtures() { return fixtures_in(kHybridDir); }
+
 inline std::string param_name(std::string n) {
     for (char& ch : n)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

@@ -19,18 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kHybridDir = golden::kGoldenDir / "hybrid";
+using golden::hybrid_fixtures;
+using golden::kHybridDir;
 const std::vector<std::string> kExpected = {"qwen3_5", "qwen3_5_moe"};
-
-std::vector<std::string> hybrid_fixtures() {
-    std::vector<std::string> out;
-    std::error_code ec;
-    if (!fs::is_directory(kHybridDir, ec)) return out;
-    for (const auto& e : fs::directory_iterator(kHybridDir))
-        if (fs::exists(e.path() / "reference.safetensors")) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-}
 
 class HybridGolden : public ::testing::TestWithParam<std::string> {
 protected:

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_forward.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/layer_args.h"
 #include "model/model.h"
 
 namespace pelican::cuda {
@@ -16,39 +17,14 @@ namespace pelican::cuda {
 
 RopeStoreArgs CudaForward::rope_args(int il, int n_tok, const int32_t* pos) const {
     const GpuLayer& L = gm_->layer(il);
-    RopeStoreArgs r;
-    r.qkv = qkv_;
-    r.n_tok = n_tok;
-    r.n_head = static_cast<int>(hp_.n_head);
-    r.n_kv_head = static_cast<int>(hp_.n_head_kv);
-    r.head_dim = static_cast<int>(hp_.head_dim);
-    r.n_rot = static_cast<int>(hp_.rope_dim);
-    r.neox = hp_.rope_layout == RopeLayout::kNeox;
-    r.inv_freq = gm_->inv_freq();
-    r.mscale = hp_.rope_attn_factor;
-    r.rope_table = rope_table_;
+    RopeStoreArgs r = rope_store_args(hp_, *gm_, rope_table_, qkv_, n_tok, pos, kv(il));
     r.q_norm = L.q_norm;
     r.k_norm = L.k_norm;
-    r.norm_eps = hp_.rms_eps;
-    r.pos0_dev = pos;
-    r.kv = kv(il);
     return r;
 }
 
 AttnArgs CudaForward::attn_args(int il, int n_tok, const int32_t* pos) const {
-    AttnArgs at;
-    at.q = qkv_;
-    at.q_stride = qkv_w_;
-    at.n_tok = n_tok;
-    at.n_head = static_cast<int>(hp_.n_head);
-    at.n_kv_head = static_cast<int>(hp_.n_head_kv);
-    at.head_dim = static_cast<int>(hp_.head_dim);
-    at.scale = hp_.attn_scale;
-    at.window = hp_.sliding_window;
-    at.pos0_dev = pos;
-    at.kv = kv(il);
-    at.out = attn_;
-    return at;
+    return decode_attn_args(hp_, qkv_, qkv_w_, n_tok, pos, kv(il), attn_);
 }
 
 // ---- decode step (graph-capturable: no host interaction, inputs read from step_in_) -------------

@@ -230,6 +230,21 @@ Status CudaHybridForward::eval(std::span<const int32_t> tokens, int64_t pos0, Th
     return {};
 }
 
+int64_t CudaHybridForward::stage_chunk(std::span<const int32_t> tokens, int64_t pos0) {
+    const auto m = static_cast<int64_t>(tokens.size());
+    const int64_t n_micro = (m + kMicro - 1) / kMicro;
+    PELICAN_CUDA_CHECK(cudaEventSynchronize(prompt_ev_));  // the pinned buffer's last copy has left
+    auto* host = static_cast<int32_t*>(prompt_pin_.p);
+    for (int64_t u = 0; u < n_micro; ++u) host[u] = static_cast<int32_t>(pos0 + u * kMicro);
+    std::memcpy(host + n_micro, tokens.data(), static_cast<size_t>(m) * 4);
+    PELICAN_CUDA_CHECK(
+        cudaMemcpyAsync(pos_dev_, host, static_cast<size_t>(n_micro) * 4, cudaMemcpyHostToDevice, stream_));
+    PELICAN_CUDA_CHECK(cudaMemcpyAsync(ids_dev_, host + n_micro, static_cast<size_t>(m) * 4,
+                                       cudaMemcpyHostToDevice, stream_));
+    PELICAN_CUDA_CHECK(cudaEventRecord(prompt_ev_, stream_));
+    return n_micro;
+}
+
 Status CudaHybridForward::run_tokens(std::span<const int32_t> tokens, int64_t pos0,
                                      std::span<float> all_logits) {
     const auto n = static_cast<int64_t>(tokens.size());
@@ -251,16 +266,8 @@ Status CudaHybridForward::run_tokens(std::span<const int32_t> tokens, int64_t po
         // Chunks of n_batch tokens: positions of each micro-batch, then the tokens, staged together.
         for (int64_t c0 = 0; c0 < n; c0 += n_batch_) {
             const int64_t m = std::min(n_batch_, n - c0);
-            const int64_t n_micro = (m + kMicro - 1) / kMicro;
-            PELICAN_CUDA_CHECK(cudaEventSynchronize(prompt_ev_));
-            auto* host = static_cast<int32_t*>(prompt_pin_.p);
-            for (int64_t u = 0; u < n_micro; ++u) host[u] = static_cast<int32_t>(pos0 + c0 + u * kMicro);
-            std::memcpy(host + n_micro, tokens.data() + c0, static_cast<size_t>(m) * 4);
-            PELICAN_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host, static_cast<size_t>(n_micro) * 4,
-                                               cudaMemcpyHostToDevice, stream_));
-            PELICAN_CUDA_CHECK(cudaMemcpyAsync(ids_dev_, host + n_micro, static_cast<size_t>(m) * 4,
-                                               cudaMemcpyHostToDevice, stream_));
-            PELICAN_CUDA_CHECK(cudaEventRecord(prompt_ev_, stream_));
+            const int64_t n_micro =
+                stage_chunk(tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(m)), pos0 + c0);
             for (int64_t u = 0; u < n_micro; ++u) {
                 const int b = static_cast<int>(std::min<int64_t>(kMicro, m - u * kMicro));
                 const bool rows = !all_logits.empty();
@@ -322,16 +329,8 @@ Status CudaHybridForward::mtp_eval(std::span<const int32_t> next_tokens, std::sp
     const bool rows = !all_logits.empty();
     for (int64_t c0 = 0; c0 < n; c0 += n_batch_) {  // chunks staged like prompt chunks
         const int64_t m = std::min(n_batch_, n - c0);
-        const int64_t n_micro = (m + kMicro - 1) / kMicro;
-        PELICAN_CUDA_CHECK(cudaEventSynchronize(prompt_ev_));
-        auto* host = static_cast<int32_t*>(prompt_pin_.p);
-        for (int64_t u = 0; u < n_micro; ++u) host[u] = static_cast<int32_t>(pos0 + c0 + u * kMicro);
-        std::memcpy(host + n_micro, next_tokens.data() + c0, static_cast<size_t>(m) * 4);
-        PELICAN_CUDA_CHECK(cudaMemcpyAsync(pos_dev_, host, static_cast<size_t>(n_micro) * 4,
-                                           cudaMemcpyHostToDevice, stream_));
-        PELICAN_CUDA_CHECK(cudaMemcpyAsync(ids_dev_, host + n_micro, static_cast<size_t>(m) * 4,
-                                           cudaMemcpyHostToDevice, stream_));
-        PELICAN_CUDA_CHECK(cudaEventRecord(prompt_ev_, stream_));
+        const int64_t n_micro =
+            stage_chunk(next_tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(m)), pos0 + c0);
         for (int64_t u = 0; u < n_micro; ++u) {
             const int b = static_cast<int>(std::min<int64_t>(kMicro, m - u * kMicro));
             const int64_t row0 = c0 + u * kMicro;

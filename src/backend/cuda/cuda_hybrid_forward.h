@@ -108,6 +108,9 @@ private:
     void gemv_parts(const std::vector<GpuPart>& parts, const float* norm, int n, float* y, int64_t width,
                     bool glu_single);
     Status run_tokens(std::span<const int32_t> tokens, int64_t pos0, std::span<float> all_logits);
+    // Stages up to n_batch tokens at positions pos0.. for micro-batches: ids_dev_ = the tokens, pos_dev_[u]
+    // = the first position of micro-batch u (one pinned buffer, two copies). Returns the micro-batch count.
+    int64_t stage_chunk(std::span<const int32_t> tokens, int64_t pos0);
     void enqueue_mtp(int n, const int32_t* ids, const int32_t* pos, bool all_rows);
 
     std::shared_ptr<const GpuModel> gm_;

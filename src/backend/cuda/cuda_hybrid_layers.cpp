@@ -10,6 +10,7 @@
 #include "backend/cuda/deltanet.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/layer_args.h"
 #include "backend/cuda/moe.h"
 #include "model/hybrid_hparams.h"
 #include "model/model.h"
@@ -75,36 +76,13 @@ void CudaHybridForward::attention_layer(const GpuHybridLayer& L, int slot, int n
     const int64_t Q = hp_.q_dim(), KV = hp_.kv_dim();
     // proj_ rows [w_at_]: [q | k | v | gate] = W rms_norm_zc(x)
     gemv_parts(L.attn.qkvg, L.attn_norm, n, proj_, w_at_, false);
-    RopeStoreArgs r;
-    r.qkv = proj_;
-    r.row_stride = w_at_;
-    r.n_tok = n;
-    r.n_head = static_cast<int>(hp_.n_head);
-    r.n_kv_head = static_cast<int>(hp_.n_head_kv);
-    r.head_dim = static_cast<int>(hp_.head_dim);
-    r.n_rot = static_cast<int>(hp_.rope_dim);
-    r.neox = hp_.rope_layout == RopeLayout::kNeox;
-    r.inv_freq = gm_->inv_freq();
-    r.mscale = hp_.rope_attn_factor;
-    r.rope_table = rope_table_;
+    RopeStoreArgs r = rope_store_args(hp_, *gm_, rope_table_, proj_, n, pos, kv(slot));
+    r.row_stride = w_at_;  // rows [q | k | v | gate]
     r.q_norm = L.attn.q_norm;
     r.k_norm = L.attn.k_norm;
-    r.norm_eps = hp_.rms_eps;
     r.norm_one_plus = true;
-    r.pos0_dev = pos;
-    r.kv = kv(slot);
     rope_store_kv(r, stream_);
-    AttnArgs at;
-    at.q = proj_;
-    at.q_stride = w_at_;
-    at.n_tok = n;
-    at.n_head = static_cast<int>(hp_.n_head);
-    at.n_kv_head = static_cast<int>(hp_.n_head_kv);
-    at.head_dim = static_cast<int>(hp_.head_dim);
-    at.scale = hp_.attn_scale;
-    at.pos0_dev = pos;
-    at.kv = kv(slot);
-    at.out = core_;
+    AttnArgs at = decode_attn_args(hp_, proj_, w_at_, n, pos, kv(slot), core_);
     at.workspace = attn_ws_;
     attention_decode(at, stream_);
     sigmoid_gate_mul(core_, Q, proj_ + Q + 2 * KV, w_at_, n, Q, stream_);

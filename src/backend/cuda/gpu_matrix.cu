@@ -1,4 +1,4 @@
-// GpuMatrix: upload (GGUF rows repacked on the host into the GEMV layout of gemv_impl.cuh),
+// GpuMatrix: upload (GGUF rows repacked on the host into the GEMV layout of gemv_params.cuh),
 // free, and dequantization back to F32/F16/BF16 rows (for prefill tiles).
 #include "backend/cuda/gpu_matrix.h"
 

@@ -1,0 +1,490 @@
+// Private to the GEMV translation units (through gemv_impl.cuh): the activation prologue (RMSNorm,
+// int8 quantization or fp32 staging into shared memory), the L2 prefetch of a CTA's weights and the
+// GEMV kernel template itself. CUDA only.
+#pragma once
+
+#include "backend/cuda/gemv_traits.cuh"
+#include "backend/cuda/pdl.cuh"
+
+namespace pelican::cuda::detail {
+
+// ---- prologue ----------------------------------------------------------------------------------
+
+// rstd[t] = 1 / sqrt(mean(x_t^2) + eps) for t < n_tok (1 when there is no norm). x: the CTA's
+// activations (p.x, or its expert slot's rows).
+template <int NT>
+__device__ void gemv_rstd(const GemvParams& p, const float* x, float (&rstd)[NT]) {
+    __shared__ float part[kGemvWarps][NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) rstd[t] = 1.0f;
+    if (p.norm_w == nullptr) return;
+    const int nf = (p.n_in + 3) / 4;
+    float ss[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        ss[t] = 0.0f;
+        if (t < p.n_tok) {
+            const float* row = x + t * p.x_stride;
+            for (int f0 = threadIdx.x; f0 < nf; f0 += 4 * kGemvThreads) {
+                float4 v[4];  // four loads in flight per thread
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int f = f0 + k * kGemvThreads;
+                    v[k] = f < nf ? load_x4(row, f, p.n_in, p.x_vec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    ss[t] = fmaf(v[k].x, v[k].x,
+                                 fmaf(v[k].y, v[k].y, fmaf(v[k].z, v[k].z, fmaf(v[k].w, v[k].w, ss[t]))));
+            }
+        }
+        ss[t] = warp_sum(ss[t]);
+    }
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) part[threadIdx.x >> 5][t] = ss[t];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kGemvWarps; ++k) s += part[k][t];
+        rstd[t] =
+            __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(s, static_cast<float>(p.n_in)), p.norm_eps)));
+    }
+}
+
+// x'[t][4f .. 4f+3] (normed), zeros past n_in and for t >= n_tok.
+template <int NT>
+__device__ __forceinline__ float4 gemv_x4(const GemvParams& p, const float* x, const float (&rstd)[NT], int t,
+                                          int f) {
+    if (t >= p.n_tok) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 v = load_x4(x + t * p.x_stride, f, p.n_in, p.x_vec);
+    if (p.norm_w != nullptr) {
+        float4 w = load_x4(p.norm_w, f, p.n_in, p.norm_vec);
+        if (p.norm_one_plus) {
+            w.x = __fadd_rn(1.0f, w.x);
+            w.y = __fadd_rn(1.0f, w.y);
+            w.z = __fadd_rn(1.0f, w.z);
+            w.w = __fadd_rn(1.0f, w.w);
+        }
+        const float r = rstd[t];
+        v.x = __fmul_rn(__fmul_rn(v.x, r), w.x);
+        v.y = __fmul_rn(__fmul_rn(v.y, r), w.y);
+        v.z = __fmul_rn(__fmul_rn(v.z, r), w.z);
+        v.w = __fmul_rn(__fmul_rn(v.w, r), w.w);
+    }
+    return v;
+}
+
+// Float weights: fp32 x' into shared memory (planes per the header comment).
+template <int NT, int kNP>
+__device__ void gemv_prologue_float(const GemvParams& p, const float* x, uint8_t* smem) {
+    float rstd[NT];
+    gemv_rstd<NT>(p, x, rstd);
+    const int nf = p.n_in_pad / 4;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        uint8_t* xt = smem + t * p.tok_bytes;
+        for (int f0 = threadIdx.x; f0 < nf; f0 += 4 * kGemvThreads) {
+            float4 v[4];  // four loads in flight per thread
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int f = f0 + k * kGemvThreads;
+                v[k] = f < nf ? gemv_x4<NT>(p, x, rstd, t, f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int f = f0 + k * kGemvThreads;
+                const int off = kNP == 1 ? 16 * f : (f & 1) * p.plane_bytes + 16 * (f >> 1);
+                if (f < nf) *reinterpret_cast<float4*>(xt + off) = v[k];
+            }
+        }
+    }
+}
+
+// Quantizes x[4f .. 4f+3] (one lane's quarter of a half-block) with the other 7 lanes of its
+// 32-block (consecutive lanes; all 32 lanes of the warp must call it) into the token area xt.
+template <int kNP>
+__device__ __forceinline__ void quantize4(const GemvParams& p, uint8_t* xt, float4 v, int f, bool active) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float is = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const int q0 = __float2int_rn(__fmul_rn(v.x, is));
+    const int q1 = __float2int_rn(__fmul_rn(v.y, is));
+    const int q2 = __float2int_rn(__fmul_rn(v.z, is));
+    const int q3 = __float2int_rn(__fmul_rn(v.w, is));
+    const uint32_t word = (static_cast<uint32_t>(q0) & 0xffu) | (static_cast<uint32_t>(q1) & 0xffu) << 8 |
+                          (static_cast<uint32_t>(q2) & 0xffu) << 16 | (static_cast<uint32_t>(q3) << 24);
+    int s = q0 + q1 + q2 + q3;
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    const int s_hi = __shfl_xor_sync(0xffffffffu, s, 4);
+    if (active) {
+        const int blk = f >> 3, sub = f & 7, half = sub >> 2;
+        const int plane = kNP == 2 ? half : (blk & 1) + 2 * half;
+        const int idx = kNP == 2 ? blk : blk >> 1;
+        *reinterpret_cast<uint32_t*>(xt + plane * p.plane_bytes + 16 * idx + 4 * (sub & 3)) = word;
+        if (sub == 0) {
+            const uint32_t sums = (static_cast<uint32_t>(s) & 0xffffu) | (static_cast<uint32_t>(s_hi) << 16);
+            *reinterpret_cast<uint2*>(xt + p.meta_off + 8 * blk) = make_uint2(__float_as_uint(d), sums);
+        }
+    }
+}
+
+// Quantized weights: int8 32-blocks (act_quant.h rule) + meta into shared memory. Each block is
+// handled by 8 consecutive lanes (4 elements each).
+// One token whose row fits in 4 float4 per thread (n_in <= 4096): x and the norm weights are
+// loaded once into registers, the sum of squares reduced, then normalised and quantized from the
+// registers (one global round trip instead of two). Same arithmetic as gemv_rstd + gemv_x4.
+template <int kNP>
+__device__ void gemv_prologue_quant_short(const GemvParams& p, const float* x, uint8_t* smem) {
+    __shared__ float part[kGemvWarps];
+    const int nf = p.n_in / 4;
+    float4 v[4], nw[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int f = k * kGemvThreads + static_cast<int>(threadIdx.x);
+        const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[k] = f < nf ? load_x4(x, f, p.n_in, p.x_vec) : z;
+        nw[k] = (p.norm_w != nullptr && f < nf) ? load_x4(p.norm_w, f, p.n_in, p.norm_vec) : z;
+    }
+    if (p.norm_w != nullptr) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            ss = fmaf(v[k].x, v[k].x, fmaf(v[k].y, v[k].y, fmaf(v[k].z, v[k].z, fmaf(v[k].w, v[k].w, ss))));
+        ss = warp_sum(ss);
+        if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+        __syncthreads();
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kGemvWarps; ++k) s += part[k];
+        const float r =
+            __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(s, static_cast<float>(p.n_in)), p.norm_eps)));
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            float4 w = nw[k];
+            if (p.norm_one_plus) {
+                w.x = __fadd_rn(1.0f, w.x);
+                w.y = __fadd_rn(1.0f, w.y);
+                w.z = __fadd_rn(1.0f, w.z);
+                w.w = __fadd_rn(1.0f, w.w);
+            }
+            v[k].x = __fmul_rn(__fmul_rn(v[k].x, r), w.x);
+            v[k].y = __fmul_rn(__fmul_rn(v[k].y, r), w.y);
+            v[k].z = __fmul_rn(__fmul_rn(v[k].z, r), w.z);
+            v[k].w = __fmul_rn(__fmul_rn(v[k].w, r), w.w);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int f = k * kGemvThreads + static_cast<int>(threadIdx.x);
+        quantize4<kNP>(p, smem, v[k], f, f < nf);  // whole 8-lane groups are active or not
+    }
+}
+
+template <int NT, int kNP>
+__device__ void gemv_prologue_quant(const GemvParams& p, const float* x, uint8_t* smem) {
+    const int nf = p.n_in / 4;  // a multiple of 8
+    if constexpr (NT == 1) {
+        if (nf <= 4 * kGemvThreads) {
+            gemv_prologue_quant_short<kNP>(p, x, smem);
+            return;
+        }
+    }
+    float rstd[NT];
+    gemv_rstd<NT>(p, x, rstd);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        uint8_t* xt = smem + t * p.tok_bytes;
+        for (int f0 = 0; f0 < nf; f0 += 8 * kGemvThreads) {
+            float4 v[8];  // eight loads in flight per thread
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const int f = f0 + k * kGemvThreads + static_cast<int>(threadIdx.x);
+                v[k] = f < nf ? gemv_x4<NT>(p, x, rstd, t, f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const int f = f0 + k * kGemvThreads + static_cast<int>(threadIdx.x);
+                quantize4<kNP>(p, xt, v[k], f, f < nf);  // whole 8-lane groups are active or not
+            }
+        }
+    }
+}
+
+// ---- kernel ------------------------------------------------------------------------------------
+// Decode variants (n_tok = 1 kernels; larger token counts use NT > 1 kernels with KS = 1):
+//   R  output rows per warp (glu: R gate rows and their R up rows, 2R weight rows),
+//   U  units per row per lane per batch, counted for 16-byte units of kBatch = 4 types (halved
+//      for kBatch = 2 types: Q8_0, Q4_K read 2-3 x 16 bytes per unit) -> R * U loads in flight,
+//   KS warps of a CTA splitting each row (split-K, reduced through shared memory).
+// A warp's batch b covers 32-unit chunks c = (b * U + j) * KS + ks, j < U (ks: its split index),
+// so the KS warps of a row interleave at 512-byte granularity and share the tail evenly.
+
+// L2 prefetch of the weights of n_g groups of this CTA: g0, g0 + gridDim.x, ... (those below
+// n_groups), all planes k < pf_np, the first pf_len[k] bytes of each of their weight rows (glu:
+// the gate and the up rows of each slot). A hint only: each range is widened to 16-byte bounds
+// and then clamped to the 16-byte aligned inside of [w, w + w_bytes), so no address outside the
+// allocation is named. Bulk mode: one cp.async.bulk.prefetch per (row, plane), spread over the
+// threads; line mode: one prefetch.global.L2 per 128-byte line, (row, plane) items over the
+// warps and their lines over the lanes. Must be called by the whole CTA (no barrier inside).
+__device__ __forceinline__ void gemv_prefetch(const GemvParams& p, int g0, int n_g) {
+    const int halves = p.glu ? 2 : 1;
+    const int rows_per_group = p.pf_slots * halves;
+    const int items = n_g * rows_per_group * p.pf_np;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(p.w);
+    const uintptr_t lim_lo = (base + 15) & ~uintptr_t{15}, lim_hi = (base + p.w_bytes) & ~uintptr_t{15};
+    const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
+    const bool line = p.pf_line;
+    for (int it = line ? tid >> 5 : tid; it < items; it += line ? kGemvWarps : kGemvThreads) {
+        const int k = it % p.pf_np, r = it / p.pf_np;
+        const int j = r / rows_per_group, rr = r % rows_per_group;
+        const int64_t g = g0 + static_cast<int64_t>(j) * gridDim.x;
+        if (g >= p.n_groups) break;  // j only grows with it
+        const int64_t slot = g * p.pf_slots + rr % p.pf_slots;
+        if (slot >= p.n_slots) continue;
+        const int64_t row = slot + (rr / p.pf_slots) * static_cast<int64_t>(p.n_half);
+        const uintptr_t a = base + p.off[k] + static_cast<uintptr_t>(row * p.stride[k]);
+        uintptr_t lo = a & ~uintptr_t{15},
+                  hi = (a + static_cast<uintptr_t>(p.pf_len[k]) + 15) & ~uintptr_t{15};
+        lo = lo > lim_lo ? lo : lim_lo;
+        hi = hi < lim_hi ? hi : lim_hi;
+        if (hi <= lo) continue;
+        if (line) {
+            for (uintptr_t l = (lo & ~uintptr_t{127}) + 128u * static_cast<unsigned>(lane); l < hi;
+                 l += 32u * 128u)
+                prefetch_l2_line(l > lo ? l : lo);
+        } else {
+            prefetch_l2_bulk(lo, static_cast<uint32_t>(hi - lo));
+        }
+    }
+}
+
+template <class T, int U4>
+struct GemvUnits {
+    static constexpr int v = U4 * T::kBatch / 4 > 0 ? U4* T::kBatch / 4 : 1;
+};
+
+// R: weight rows per warp (glu: R/2 gate + R/2 up). NT: token capacity (>= p.n_tok). E: the
+// expert-slot kernel (NT = 1; p.n_expert_slots > 0), a separate instantiation so that the plain
+// kernels carry none of its state.
+template <class T, int NT, int R, int U, int KS, bool E>
+__global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * U <= 4 ? 2 : 1)
+    gemv_kernel(const GemvParams p) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    static_assert(kGemvWarps % KS == 0, "KS must divide the warps of a CTA");
+    constexpr int kRowWarps = kGemvWarps / KS;
+    constexpr int H = R / 2;  // glu: gate rows per warp
+    __shared__ float red[KS > 1 ? kGemvWarps : 1][R][NT];
+    const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+    const int rw = warp / KS, ks = warp % KS;
+    const int n_chunks = (p.n_units + 31) / 32;
+    const int n_batches = (n_chunks + U * KS - 1) / (U * KS);
+
+    // Expert slots (E): the weight rows of this CTA's expert start at row_base (set after the PDL
+    // wait); x_e, y_e and res_e are this slot's x, y and residual. Otherwise row_base = 0 and the
+    // kernel uses p's pointers.
+    static_assert(!E || NT == 1, "expert slots take one token");
+    int64_t row_base = 0;
+    const float* x_e = nullptr;
+    float* y_e = nullptr;
+    const float* res_e = nullptr;
+    int64_t rows[R];  // weight rows (row_base included)
+    bool valid[R];
+    auto set_rows = [&](int group) {
+        const int wg = group * kRowWarps + rw;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int i = wg * R + s;
+            int64_t row = i;
+            if constexpr (H > 0) {
+                if (p.glu) {
+                    i = wg * H + s % H;
+                    row = static_cast<int64_t>(i) + (s / H) * static_cast<int64_t>(p.n_half);
+                }
+            }
+            valid[s] = i < p.n_slots;
+            rows[s] = row + row_base;
+        }
+    };
+    auto unit_of = [&](int batch, int j) { return ((batch * U + j) * KS + ks) * 32 + lane; };
+    typename T::W w[U][R];
+    auto load_batch = [&](int batch) {
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const int u = unit_of(batch, j);
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+                if (valid[s] && u < p.n_units)
+                    T::load(w[j][s], p, rows[s], u);
+                else
+                    w[j][s] = typename T::W{};
+            }
+        }
+    };
+
+    if (p.debug == 3) {
+        pdl_wait();
+        pdl_trigger();
+        return;
+    }
+    int group = static_cast<int>(blockIdx.x), batch = 0;
+    if constexpr (E) {
+        // The expert ids come from the router kernel: wait before reading them, so here the
+        // weight rows (and their loads) follow the wait.
+        pdl_wait();
+        const int slot = static_cast<int>(blockIdx.y);
+        int e = p.expert_ids[slot];
+        if (e < 0 || e >= p.n_experts) e = 0;
+        row_base = static_cast<int64_t>(e) * p.expert_rows;
+        x_e = p.x + static_cast<int64_t>(slot / p.x_slot_div) * p.x_slot_stride;
+        y_e = p.y + static_cast<int64_t>(slot) * p.y_slot_stride;
+        res_e = p.residual ? p.residual + static_cast<int64_t>(slot) * p.y_slot_stride : nullptr;
+    }
+    set_rows(group);
+    load_batch(0);  // weights never depend on earlier kernels: in flight before the PDL wait (not
+                    // in expert mode, where the rows depend on the ids)
+    // Prefetch variants: the CTA's next weights into L2 while it waits and runs the prologue.
+    if constexpr (!E) {
+        if (p.pf_np > 0) gemv_prefetch(p, group, p.pf_groups);
+        pdl_wait();  // x, norm inputs, residual and y are written/read by neighbouring kernels
+    }
+    if (p.debug != 1) {
+        if constexpr (T::kQuant)
+            gemv_prologue_quant<NT, T::kNP>(p, E ? x_e : p.x, smem);
+        else
+            gemv_prologue_float<NT, T::kNP>(p, E ? x_e : p.x, smem);
+    }
+    __syncthreads();
+    pdl_trigger();  // this CTA has read x: the next kernel's CTAs may be scheduled
+    if (p.debug == 2) return;
+
+    float acc[R][NT];
+#pragma unroll
+    for (int s = 0; s < R; ++s)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[s][t] = 0.0f;
+
+    for (;;) {
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const int u = unit_of(batch, j);
+            if (u < p.n_units) {
+                typename T::Up up[R];
+#pragma unroll
+                for (int s = 0; s < R; ++s) up[s] = T::unpack(w[j][s], u);
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    const typename T::X x = T::load_x(smem + t * p.tok_bytes, p, u);
+#pragma unroll
+                    for (int s = 0; s < R; ++s) acc[s][t] = T::dot(up[s], x, acc[s][t]);
+                }
+            }
+        }
+        // Next batch: issue its loads before this group's reduction and epilogue.
+        int next_batch = batch + 1, next_group = group;
+        if (next_batch == n_batches) {
+            next_batch = 0;
+            next_group += static_cast<int>(gridDim.x);
+        }
+        const bool more = next_group < p.n_groups;  // uniform over the CTA
+        int64_t keep_rows[R];
+        bool keep_valid[R];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            keep_rows[s] = rows[s];
+            keep_valid[s] = valid[s];
+        }
+        if (more) {
+            if (next_group != group) set_rows(next_group);
+            load_batch(next_batch);
+            // Rolling prefetch: entering a new group, hint the last group of the window.
+            if (!E && p.pf_roll && next_group != group)
+                gemv_prefetch(p, next_group + (p.pf_groups - 1) * static_cast<int>(gridDim.x), 1);
+        }
+        if (next_batch == 0) {  // the group is complete: reduce over lanes (and warps), epilogue
+#pragma unroll
+            for (int s = 0; s < R; ++s)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) acc[s][t] = warp_sum(acc[s][t]);
+            bool out_warp = true;
+            if constexpr (KS > 1) {
+                if (lane == 0) {
+#pragma unroll
+                    for (int s = 0; s < R; ++s)
+#pragma unroll
+                        for (int t = 0; t < NT; ++t) red[warp][s][t] = acc[s][t];
+                }
+                __syncthreads();
+                out_warp = ks == 0;
+                if (out_warp) {
+#pragma unroll
+                    for (int s = 0; s < R; ++s)
+#pragma unroll
+                        for (int t = 0; t < NT; ++t) {
+                            float v = red[warp][s][t];
+#pragma unroll
+                            for (int k = 1; k < KS; ++k) v += red[warp + k][s][t];
+                            acc[s][t] = v;
+                        }
+                }
+            }
+            if (out_warp && !p.glu) {
+#pragma unroll
+                for (int s = 0; s < R; ++s)
+#pragma unroll
+                    for (int t = 0; t < NT; ++t) {
+                        if (lane == ((s * NT + t) & 31) && keep_valid[s] && t < p.n_tok) {
+                            float* const y = E ? y_e : p.y;
+                            const float* const residual = E ? res_e : p.residual;
+                            const int64_t o = keep_rows[s] - row_base;
+                            float v = acc[s][t];
+                            if (p.bias) v += __ldg(p.bias + o);
+                            v *= p.scale;
+                            if (residual) v += residual[t * p.y_stride + o];
+                            y[t * p.y_stride + o] = v;
+                        }
+                    }
+            } else if constexpr (H > 0) {
+                if (out_warp) {
+#pragma unroll
+                    for (int s = 0; s < H; ++s)
+#pragma unroll
+                        for (int t = 0; t < NT; ++t) {
+                            if (lane == ((s * NT + t) & 31) && keep_valid[s] && t < p.n_tok) {
+                                float* const y = E ? y_e : p.y;
+                                const float* const residual = E ? res_e : p.residual;
+                                const int64_t og = keep_rows[s] - row_base, ou = keep_rows[s + H] - row_base;
+                                float g = acc[s][t], v = acc[s + H][t];
+                                if (p.bias) {
+                                    g += __ldg(p.bias + og);
+                                    v += __ldg(p.bias + ou);
+                                }
+                                g *= p.scale;
+                                v *= p.scale;
+                                float out = g / (1.0f + expf(-g)) * v;
+                                if (residual) out += residual[t * p.y_stride + og];
+                                y[t * p.y_stride + og] = out;
+                            }
+                        }
+                }
+            }
+            if constexpr (KS > 1) __syncthreads();  // red is reused by the next group
+#pragma unroll
+            for (int s = 0; s < R; ++s)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) acc[s][t] = 0.0f;
+        }
+        if (!more) break;
+        group = next_group;
+        batch = next_batch;
+    }
+}
+
+}  // namespace pelican::cuda::detail

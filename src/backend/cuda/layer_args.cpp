@@ -1,0 +1,42 @@
+// Shared per-layer kernel arguments of the CUDA passes (see layer_args.h).
+#include "backend/cuda/layer_args.h"
+
+namespace pelican::cuda {
+
+RopeStoreArgs rope_store_args(const ModelHParams& hp, const GpuModel& gm, const float* rope_table, float* qkv,
+                              int n_tok, const int32_t* pos, const KvView& kv) {
+    RopeStoreArgs r;
+    r.qkv = qkv;
+    r.n_tok = n_tok;
+    r.n_head = static_cast<int>(hp.n_head);
+    r.n_kv_head = static_cast<int>(hp.n_head_kv);
+    r.head_dim = static_cast<int>(hp.head_dim);
+    r.n_rot = static_cast<int>(hp.rope_dim);
+    r.neox = hp.rope_layout == RopeLayout::kNeox;
+    r.inv_freq = gm.inv_freq();
+    r.mscale = hp.rope_attn_factor;
+    r.rope_table = rope_table;
+    r.norm_eps = hp.rms_eps;
+    r.pos0_dev = pos;
+    r.kv = kv;
+    return r;
+}
+
+AttnArgs decode_attn_args(const ModelHParams& hp, const float* q, int64_t q_stride, int n_tok,
+                          const int32_t* pos, const KvView& kv, float* out) {
+    AttnArgs at;
+    at.q = q;
+    at.q_stride = q_stride;
+    at.n_tok = n_tok;
+    at.n_head = static_cast<int>(hp.n_head);
+    at.n_kv_head = static_cast<int>(hp.n_head_kv);
+    at.head_dim = static_cast<int>(hp.head_dim);
+    at.scale = hp.attn_scale;
+    at.window = hp.sliding_window;
+    at.pos0_dev = pos;
+    at.kv = kv;
+    at.out = out;
+    return at;
+}
+
+}  // namespace pelican::cuda
