@@ -243,6 +243,131 @@ TEST(CudaMoe, RouteSharedSlot) {
     }
 }
 
+// moe_router_route (router GEMV + top-k fused, one token): the logits against a double host dot of
+// W with x' (x' as the GEMV prologue: fp32 rstd and products), |err| <= n_embd u sum |w x'|; the ids
+// and weights against ref::moe_route on the kernel's own logits (random: near-ties may swap); the
+// shared slot (k, sigmoid of the last row's logit); a second launch (the arrival counter wrapped back)
+// and graph replays give the same bits.
+TEST(CudaMoe, RouterRouteFused) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    struct Case {
+        int64_t n_embd;
+        int n_expert, k;
+        bool shared, one_plus, norm;
+    };
+    const Case cases[] = {{2048, 256, 8, true, true, true},  {3072, 256, 8, true, true, true},
+                          {64, 8, 2, false, false, true},    {1024, 128, 8, false, true, true},
+                          {512, 512, 16, true, false, true}, {256, 33, 4, false, false, false}};
+    for (const Case& c : cases) {
+        SCOPED_TRACE(testing::Message() << "n_embd " << c.n_embd << " n_expert " << c.n_expert << " k " << c.k
+                                        << (c.shared ? " shared" : "") << (c.one_plus ? " one_plus" : ""));
+        const int n_rows = c.n_expert + (c.shared ? 1 : 0), ko = c.k + (c.shared ? 1 : 0);
+        const int64_t n = c.n_embd;
+        const std::vector<float> x = test::random_vec(rng, n, 2.0f);
+        std::vector<float> nw(static_cast<size_t>(n));
+        for (auto& v : nw) v = c.one_plus ? 0.2f * rng.normal() : 1.0f + 0.2f * rng.normal();
+        const std::vector<float> w = test::random_vec(rng, n * n_rows, 0.05f);
+        cuda::HostRows hr{reinterpret_cast<const uint8_t*>(w.data()), static_cast<size_t>(n) * 4, n_rows};
+        cuda::GpuMatrix gm;
+        const char* err = nullptr;
+        ASSERT_TRUE(cuda::upload_matrix(DType::F32, n, &hr, 1, gm, nullptr, &err)) << err;
+        DeviceBuffer dx = to_device(x), dnw = to_device(nw), dl = to_device(std::vector<float>(n_rows, NAN)),
+                     dids = to_device(std::vector<int32_t>(static_cast<size_t>(ko), -7)),
+                     dw = to_device(std::vector<float>(static_cast<size_t>(ko), NAN)),
+                     dctr = to_device(std::vector<uint32_t>(4, 0u));
+        cuda::MoeRouterArgs a;
+        a.x = dx.as<float>();
+        a.n_embd = n;
+        a.norm_w = c.norm ? dnw.as<float>() : nullptr;
+        a.eps = 1e-6f;
+        a.norm_one_plus = c.one_plus;
+        a.w = cuda::gpu_matrix_f32_rows(gm);
+        a.w_stride = cuda::gpu_matrix_f32_row_floats(gm);
+        a.n_rows = n_rows;
+        a.logits = dl.as<float>();
+        a.n_expert = c.n_expert;
+        a.k = c.k;
+        a.shared_slot = c.shared;
+        a.ids = dids.as<int32_t>();
+        a.weights = dw.as<float>();
+        a.counter = dctr.as<uint32_t>();
+        cuda::moe_router_route(a, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> got = from_device<float>(dl.get(), static_cast<size_t>(n_rows));
+        const std::vector<int32_t> ids = from_device<int32_t>(dids.get(), static_cast<size_t>(ko));
+        const std::vector<float> wts = from_device<float>(dw.get(), static_cast<size_t>(ko));
+        EXPECT_EQ(from_device<uint32_t>(dctr.get(), 1)[0], 0u) << "the arrival counter must wrap to 0";
+
+        // x' as the kernel (fp32 rstd, products rounded as there), then a double dot per row.
+        float ss = 0.0f;
+        for (int64_t i = 0; i < n; ++i)
+            ss = std::fmaf(x[static_cast<size_t>(i)], x[static_cast<size_t>(i)], ss);
+        const float rstd = c.norm ? 1.0f / std::sqrt(ss / static_cast<float>(n) + 1e-6f) : 1.0f;
+        std::vector<float> xn(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+            const float g =
+                c.norm ? (c.one_plus ? 1.0f + nw[static_cast<size_t>(i)] : nw[static_cast<size_t>(i)]) : 1.0f;
+            xn[static_cast<size_t>(i)] =
+                c.norm ? x[static_cast<size_t>(i)] * rstd * g : x[static_cast<size_t>(i)];
+        }
+        int bad = 0;
+        for (int r = 0; r < n_rows; ++r) {
+            double dot = 0.0, mag = 0.0;
+            for (int64_t i = 0; i < n; ++i) {
+                const double p =
+                    static_cast<double>(w[static_cast<size_t>(r * n + i)]) * xn[static_cast<size_t>(i)];
+                dot += p;
+                mag += std::fabs(p);
+            }
+            // fp32 accumulation plus the x' rounding differences (sum of squares order): n u mag + 1e-5 mag.
+            const double tol = (static_cast<double>(n) * kU + 1e-5) * mag + 1e-30;
+            if (!(std::fabs(got[static_cast<size_t>(r)] - dot) <= tol) && bad++ < 10)
+                ADD_FAILURE() << "row " << r << ": gpu " << got[static_cast<size_t>(r)] << " ref " << dot
+                              << " tol " << tol;
+        }
+        EXPECT_EQ(bad, 0);
+        const std::vector<float> routed(got.begin(), got.begin() + c.n_expert);
+        check_route_result(routed, 1, c.n_expert, c.k, true, false,
+                           std::vector<int32_t>(ids.begin(), ids.begin() + c.k),
+                           std::vector<float>(wts.begin(), wts.begin() + c.k));
+        if (c.shared) {
+            EXPECT_EQ(ids[static_cast<size_t>(c.k)], c.n_expert);
+            const double g = got[static_cast<size_t>(c.n_expert)], want = 1.0 / (1.0 + std::exp(-g));
+            EXPECT_NEAR(wts[static_cast<size_t>(c.k)], want, 4e-7 * want);
+        }
+
+        // Again, eagerly and from a graph: the same bits.
+        copy_to(dids, std::vector<int32_t>(static_cast<size_t>(ko), -7));
+        cuda::moe_router_route(a, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(from_device<int32_t>(dids.get(), static_cast<size_t>(ko)), ids);
+        cudaStream_t st = nullptr;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+        cudaGraph_t graph = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        cuda::moe_router_route(a, st);
+        cuda::moe_router_route(a, st);
+        ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        copy_to(dl, std::vector<float>(static_cast<size_t>(n_rows), NAN));
+        copy_to(dw, std::vector<float>(static_cast<size_t>(ko), NAN));
+        for (int rep = 0; rep < 3; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+        size_t first = 0;
+        EXPECT_TRUE(same_bits(from_device<float>(dl.get(), static_cast<size_t>(n_rows)), got, &first))
+            << "logit " << first;
+        EXPECT_TRUE(same_bits(from_device<float>(dw.get(), static_cast<size_t>(ko)), wts, &first))
+            << "weight " << first;
+        EXPECT_EQ(from_device<uint32_t>(dctr.get(), 1)[0], 0u);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(st);
+        cuda::free_matrix(gm);
+    }
+}
+
 TEST(CudaMoe, RouteRandomLogits) {
     SKIP_WITHOUT_GPU();
     Rng rng;

@@ -1,8 +1,8 @@
 // Golden tests of the hybrid Qwen3.5 archs against Hugging Face transformers: the fixtures under
-// tests/golden/hybrid/ (qwen3_5_moe, qwen3_5; made by tools/golden/make_golden.py --only
-// qwen3_5_moe,qwen3_5). Each is an HF folder plus reference logits (computed by transformers in
-// float64) at every position of a 150-token and a 17-token sequence and of a 274-token prompt, the
-// 32-token greedy continuation and the logits of each greedy step. pelican must match all logits
+// tests/golden/hybrid/ (qwen3_5_moe, qwen3_5, qwen3_next; made by tools/golden/make_golden.py --only
+// qwen3_5_moe,qwen3_5 and --only qwen3_next). Each is an HF folder plus reference logits (computed by
+// transformers in float64) at every position of a 150-token and a 17-token sequence and of a 274-token
+// prompt, the 32-token greedy continuation and the logits of each greedy step. pelican must match all logits
 // within 1e-4 relative to each row's largest logit, through the chunked prefill and token by token,
 // reproduce the prompt's token ids, and generate the same greedy tokens.
 #include <gtest/gtest.h>
@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 using golden::hybrid_fixtures;
 using golden::kHybridDir;
-const std::vector<std::string> kExpected = {"qwen3_5", "qwen3_5_moe"};
+const std::vector<std::string> kExpected = {"qwen3_5", "qwen3_5_moe", "qwen3_next"};
 
 class HybridGolden : public ::testing::TestWithParam<std::string> {
 protected:

@@ -108,7 +108,7 @@ Status CudaHybridForward::init() {
                  o_wts = c.add(M * k * f), o_eact = c.add(M * k * ff_e * f), o_eout = c.add(M * k * E * f),
                  o_sout = c.add(M * E * f), o_logits = c.add(M * V * f), o_aws = c.add(attn_ws_bytes),
                  o_mcat = c.add(has_mtp() ? M * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? M * E * f : 0),
-                 o_mlog = c.add(has_mtp() ? M * V * f : 0);
+                 o_mlog = c.add(has_mtp() ? M * V * f : 0), o_ctr = c.add(sizeof(unsigned));
     scratch_ = DeviceBuffer(c.total());
     if (!scratch_.ok())
         return make_error("GPU scratch ({}) does not fit in GPU memory ({})", human_bytes(c.total()),
@@ -129,6 +129,7 @@ Status CudaHybridForward::init() {
     sout_ = at(o_sout);
     logits_ = at(o_logits);
     attn_ws_ = base + o_aws;
+    router_ctr_ = reinterpret_cast<unsigned*>(base + o_ctr);
     if (has_mtp()) {
         mtp_cat_ = at(o_mcat);
         mtp_hidden_ = at(o_mhid);

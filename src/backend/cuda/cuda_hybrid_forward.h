@@ -99,6 +99,7 @@ private:
     void deltanet_layer(const GpuHybridLayer& L, int slot, int n);
     void attention_layer(const GpuHybridLayer& L, int slot, int n, const int32_t* pos);
     void moe_block(const GpuHybridLayer& L, int n);
+    bool fused_router_ok(const GpuHybridLayer& L) const;
     void mlp_block(const GpuHybridLayer& L, int n);
     // y [n, n_embd] (+ residual) = down(silu(gate) * up) of rms_norm_zc(x_) over stacked or split
     // gate/up parts (through act_, and gu_ when split).
@@ -126,22 +127,23 @@ private:
     DeviceBuffer kv_k_, kv_v_, state_, scratch_, io_;
     size_t conv_floats_ = 0, ssm_floats_ = 0;  // per DeltaNet layer
     // Scratch [kMicro, ...] fp32 unless noted.
-    float* x_ = nullptr;        // [M, n_embd] residual stream
-    float* proj_ = nullptr;     // [M, max(w_dn_, w_at_)] in_proj / qkvg outputs
-    float* conv_ = nullptr;     // [M, conv_dim]
-    float* core_ = nullptr;     // [M, max(value_dim, q_dim, n_embd)] DeltaNet / attention outputs; MTP norms
-    float* gu_ = nullptr;       // [M, 2 * max ff] split gate/up parts
-    float* act_ = nullptr;      // [M, max ff] dense / shared SwiGLU output
-    float* router_ = nullptr;   // [M, n_expert + 1]
-    int32_t* ids_ = nullptr;    // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
-    float* wts_ = nullptr;      // [M, ko] expert weights
-    float* eact_ = nullptr;     // [M * ko, n_ff_expert]
-    float* eout_ = nullptr;     // [M * ko, n_embd]
-    float* sout_ = nullptr;     // [M, n_embd] shared expert output
-    float* logits_ = nullptr;   // [M, n_vocab]; row 0 = the last token's after enqueue_micro
-    float* mtp_cat_ = nullptr;  // [M, 2 n_embd] MTP fc input (MTP only)
-    float* mtp_hidden_ = nullptr;  // [M, n_embd] the rows' hidden states (MTP only)
-    float* mtp_logits_ = nullptr;  // [M, n_vocab] (MTP only)
+    float* x_ = nullptr;       // [M, n_embd] residual stream
+    float* proj_ = nullptr;    // [M, max(w_dn_, w_at_)] in_proj / qkvg outputs
+    float* conv_ = nullptr;    // [M, conv_dim]
+    float* core_ = nullptr;    // [M, max(value_dim, q_dim, n_embd)] DeltaNet / attention outputs; MTP norms
+    float* gu_ = nullptr;      // [M, 2 * max ff] split gate/up parts
+    float* act_ = nullptr;     // [M, max ff] dense / shared SwiGLU output
+    float* router_ = nullptr;  // [M, n_expert + 1]
+    int32_t* ids_ = nullptr;   // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
+    float* wts_ = nullptr;     // [M, ko] expert weights
+    unsigned* router_ctr_ = nullptr;  // moe_router_route's arrival counter (zeroed scratch)
+    float* eact_ = nullptr;           // [M * ko, n_ff_expert]
+    float* eout_ = nullptr;           // [M * ko, n_embd]
+    float* sout_ = nullptr;           // [M, n_embd] shared expert output
+    float* logits_ = nullptr;         // [M, n_vocab]; row 0 = the last token's after enqueue_micro
+    float* mtp_cat_ = nullptr;        // [M, 2 n_embd] MTP fc input (MTP only)
+    float* mtp_hidden_ = nullptr;     // [M, n_embd] the rows' hidden states (MTP only)
+    float* mtp_logits_ = nullptr;     // [M, n_vocab] (MTP only)
     void* attn_ws_ = nullptr;
     float* rope_table_ = nullptr;
     StepInput* step_in_ = nullptr;

@@ -122,16 +122,49 @@ void CudaHybridForward::mlp_block(const GpuHybridLayer& L, int n) {
     swiglu_mlp(L.mlp.gate_up, L.mlp.down, L.ffn_norm, n, x_, x_);
 }
 
+// The fused decode router (moe_router_route) takes one stacked F32 router of n_expert + 1 rows (the
+// shared gate's last) with 16-byte aligned rows and x; PELICAN_FUSED_ROUTER=0 turns it off.
+bool CudaHybridForward::fused_router_ok(const GpuHybridLayer& L) const {
+    const HybridHParams& hy = *hp_.hybrid;
+    if (!moe_router_fused_enabled() || L.moe.router.size() != 1) return false;
+    const GpuMatrix& r = L.moe.router[0].m;
+    return r.type == DType::F32 && r.n_out == hy.n_expert + 1 && r.n_in == hp_.n_embd &&
+           hp_.n_embd % 4 == 0 && hp_.n_embd <= kMoeRouterMaxEmbd && gpu_matrix_f32_row_floats(r) % 4 == 0 &&
+           reinterpret_cast<uintptr_t>(gpu_matrix_f32_rows(r)) % 16 == 0;
+}
+
 void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n) {
     const HybridHParams& hy = *hp_.hybrid;
     const int64_t E = hp_.n_embd, ff_e = hy.n_ff_expert;
     const int n_exp = hy.n_expert, k = hy.n_expert_used;
     // router_ rows [n_exp + 1]: expert logits, then the shared expert's gate logit.
-    gemv_parts(L.moe.router, L.ffn_norm, n, router_, n_exp + 1, false);
     // With the shared expert stacked as expert n_exp it is slot k of every token (weight sigmoid(g)).
     const bool shared_slot = L.moe.shared_in_experts;
     const int ko = shared_slot ? k + 1 : k;  // slots per token
-    moe_route(router_, n_exp + 1, n, n_exp, k, /*renormalize=*/true, ids_, wts_, stream_, shared_slot);
+    if (n == 1 && fused_router_ok(L)) {      // decode: router GEMV + top-k in one kernel
+        const GpuMatrix& r = L.moe.router[0].m;
+        MoeRouterArgs a;
+        a.x = x_;
+        a.n_embd = E;
+        a.norm_w = L.ffn_norm;
+        a.eps = hp_.rms_eps;
+        a.norm_one_plus = true;
+        a.w = gpu_matrix_f32_rows(r);
+        a.w_stride = gpu_matrix_f32_row_floats(r);
+        a.n_rows = static_cast<int>(r.n_out);
+        a.logits = router_;
+        a.n_expert = n_exp;
+        a.k = k;
+        a.renormalize = true;
+        a.shared_slot = shared_slot;
+        a.ids = ids_;
+        a.weights = wts_;
+        a.counter = router_ctr_;
+        moe_router_route(a, stream_);
+    } else {
+        gemv_parts(L.moe.router, L.ffn_norm, n, router_, n_exp + 1, false);
+        moe_route(router_, n_exp + 1, n, n_exp, k, /*renormalize=*/true, ids_, wts_, stream_, shared_slot);
+    }
     // Expert slots: slot t * ko + j is token t's j-th expert (x of token t = slot / ko): their SwiGLU.
     const int slots = n * ko;
     GemvArgs g;

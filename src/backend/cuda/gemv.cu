@@ -228,15 +228,20 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
 
 std::atomic<int> g_forced_variant{-1};
 
-// Built-in guess (untuned): glu (two rows per unit already) r1u4k1; long rows r1u8k2 (16
-// chunks of 32 units per batch over two warps); short rows r4u1k4 (4 rows x 1 unit per lane,
-// a row split over 4 warps). Grid policy: occupancy.
-// Expert slots: the same guess (per expert the rows are fewer, the row length the same).
+// Built-in guess (untuned): rows of at most 8 / 16 units pack 4 / 2 rows per warp (r4u1k1p4,
+// r4u1k1p2); otherwise glu (two rows per unit already) r1u4k1; long rows r1u8k2 (16 chunks of 32
+// units per batch over two warps); short rows r4u1k4 (4 rows x 1 unit per lane, a row split over
+// 4 warps). Grid policy: occupancy. Expert slots: the same guess (per expert the rows are fewer,
+// the row length the same).
 int gemv_default_variant(const GpuMatrix& m, const GemvArgs& a) {
-    if (a.n_tok > 1 || a.glu) return 0;
+    if (a.n_tok > 1) return 0;
     GemvLayout l;
     if (!gemv_layout(m.type, m.n_in, &l)) return 0;
-    const int64_t chunks = (l.n_in_pad / l.unit_elems + 31) / 32;
+    const int64_t units = l.n_in_pad / l.unit_elems;
+    if (units <= 8) return kGemvConfigP4 * kGemvPolicies;
+    if (units <= 16) return kGemvConfigP2 * kGemvPolicies;
+    if (a.glu) return 0;
+    const int64_t chunks = (units + 31) / 32;
     return (chunks >= 12 ? 4 : 6) * kGemvPolicies;
 }
 
@@ -244,12 +249,14 @@ int gemv_default_variant(const GpuMatrix& m, const GemvArgs& a) {
 std::string variant_name(int v) {
     const GemvConfig& c = kGemvConfigTable[v / kGemvPolicies % kGemvConfigs];
     const int pol = kGemvPolicyTable[v % kGemvPolicies];
-    return "r" + std::to_string(c.r) + "u" + std::to_string(c.u4) + "k" + std::to_string(c.ks) + "/" +
+    return "r" + std::to_string(c.r) + "u" + std::to_string(c.u4) + "k" + std::to_string(c.ks) +
+           (c.p > 1 ? "p" + std::to_string(c.p) : std::string()) + "/" +
            (pol == 0 ? std::string("occ") : std::to_string(pol)) +
            kGemvPrefetchTable[v / kGemvBaseVariants].tag;
 }
 
-using TuneKey = std::tuple<int, int64_t, int64_t, bool, int, bool, bool>;
+// (type, n_in, n_out, glu, n_tok, norm, residual, expert slots, expert rows, x rows per slot group)
+using TuneKey = std::tuple<int, int64_t, int64_t, bool, int, bool, bool, int, int64_t, int>;
 std::mutex g_tune_mu;
 std::map<TuneKey, int> g_tune_cache;
 
@@ -291,12 +298,26 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
         for (int v = 0; v < nv; ++v) times[v] = -1.0f;
     if (const char* e = std::getenv("PELICAN_GEMV_AUTOTUNE"); e && e[0] == '0') return;
     if (m.data == nullptr || m.n_out <= 0 || ex.n_tok < 1 || ex.n_tok > kMaxGemvTokens) return;
-    if (ex.n_expert_slots != 0) return;  // expert slots: not tuned (the built-in guess)
+    const bool expert = ex.n_expert_slots > 0;
+    if (ex.n_expert_slots < 0 || ex.n_expert_slots > 65535) return;
+    if (expert && (ex.n_tok != 1 || ex.expert_rows <= 0 || m.n_out % ex.expert_rows != 0 || ex.bias ||
+                   ex.x_slot_div < 1 || (ex.glu && ex.expert_rows % 2 != 0)))
+        return;
     if (ex.glu && m.n_out % 2 != 0) return;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
-    const TuneKey key{static_cast<int>(m.type), m.n_in, m.n_out, ex.glu, ex.n_tok, ex.norm_w != nullptr,
-                      ex.residual != nullptr};
+    const int x_rows =
+        expert && ex.x_slot_stride != 0 ? (ex.n_expert_slots + ex.x_slot_div - 1) / ex.x_slot_div : 1;
+    const TuneKey key{static_cast<int>(m.type),
+                      m.n_in,
+                      m.n_out,
+                      ex.glu,
+                      ex.n_tok,
+                      ex.norm_w != nullptr,
+                      ex.residual != nullptr,
+                      expert ? ex.n_expert_slots : 0,
+                      expert ? ex.expert_rows : 0,
+                      x_rows};
     if (!times) {
         std::lock_guard<std::mutex> lk(g_tune_mu);
         auto it = g_tune_cache.find(key);
@@ -305,9 +326,12 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
             return;
         }
     }
-    // Scratch operands of the call shape (values irrelevant but finite).
-    const int64_t width = ex.glu ? m.n_out / 2 : m.n_out;
-    const size_t nx = static_cast<size_t>(ex.n_tok * m.n_in), ny = static_cast<size_t>(ex.n_tok * width);
+    // Scratch operands of the call shape (values irrelevant but finite). Expert slots: x_rows
+    // activation rows, one output row per slot.
+    const int64_t rows = expert ? ex.expert_rows : m.n_out;
+    const int64_t width = ex.glu ? rows / 2 : rows;
+    const int64_t x_count = expert ? x_rows : ex.n_tok, y_count = expert ? ex.n_expert_slots : ex.n_tok;
+    const size_t nx = static_cast<size_t>(x_count * m.n_in), ny = static_cast<size_t>(y_count * width);
     float* buf = nullptr;
     const size_t n_all = nx + ny + static_cast<size_t>(m.n_in) + static_cast<size_t>(m.n_out) + 64;
     if (cudaMalloc(&buf, n_all * sizeof(float)) != cudaSuccess) {
@@ -324,6 +348,24 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
     a.norm_w = ex.norm_w ? a.y + align16(ny) : nullptr;
     a.bias = ex.bias ? a.y + align16(ny) + align16(static_cast<size_t>(m.n_in)) : nullptr;
     a.residual = ex.residual ? a.y : nullptr;
+    // Expert slots: rotating id sets (consecutive experts, wrapping) so that successive calls read
+    // different experts, as the copies below do for plain matrices.
+    const int n_experts = expert ? static_cast<int>(m.n_out / ex.expert_rows) : 0;
+    constexpr int kIdSets = 64;
+    int32_t* ids = nullptr;
+    if (expert) {
+        a.x_stride = 0;
+        a.x_slot_stride = x_rows > 1 ? m.n_in : 0;
+        a.y_slot_stride = width;
+        std::vector<int32_t> h(static_cast<size_t>(kIdSets) * static_cast<size_t>(ex.n_expert_slots));
+        for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<int32_t>(i % static_cast<size_t>(n_experts));
+        if (cudaMalloc(&ids, h.size() * sizeof(int32_t)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            PELICAN_CUDA_CHECK(cudaFree(buf));
+            return;
+        }
+        PELICAN_CUDA_CHECK(cudaMemcpy(ids, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
 
     // Copies of the weights rotated through so that each call streams from HBM, not from the L2
     // (which holds a small matrix whole): >= 128 MiB in all, at most 64 copies.
@@ -342,8 +384,11 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
         PELICAN_CUDA_CHECK(cudaMemcpyAsync(mats[static_cast<size_t>(i)].data, m.data, m.bytes,
                                            cudaMemcpyDeviceToDevice, stream));
     }
-    size_t next = 0;
-    auto call = [&](int v) { gemv_run(mats[next++ % mats.size()], a, stream, v); };
+    size_t next = 0, next_ids = 0;
+    auto call = [&](int v) {
+        if (expert) a.expert_ids = ids + (next_ids++ % kIdSets) * static_cast<size_t>(ex.n_expert_slots);
+        gemv_run(mats[next++ % mats.size()], a, stream, v);
+    };
 
     cudaEvent_t e0, e1;
     PELICAN_CUDA_CHECK(cudaEventCreate(&e0));
@@ -377,12 +422,29 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
     PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream));
     PELICAN_CUDA_CHECK(cudaFree(buf));
     if (copies) PELICAN_CUDA_CHECK(cudaFree(copies));
+    if (ids) PELICAN_CUDA_CHECK(cudaFree(ids));
     int win = 0;
     for (int v = 0; v < nv; ++v) {
         if (best[static_cast<size_t>(v)] < best[static_cast<size_t>(win)]) win = v;
         if (times && best[static_cast<size_t>(v)] < 1e29f) times[v] = best[static_cast<size_t>(v)];
     }
     m.gemv_variant = win;
+    // PELICAN_GEMV_TUNE_LOG=1: one line per tuned shape (docs/performance.md quotes them).
+    static const bool log = [] {
+        const char* e = std::getenv("PELICAN_GEMV_TUNE_LOG");
+        return e && e[0] == '1';
+    }();
+    if (log) {
+        const int def = gemv_default_variant(m, ex);
+        std::fprintf(stderr,
+                     "pelican gemv tune: %s n_in %lld rows %lld%s%s%s slots %d -> %s %.2f us (built-in %s "
+                     "%.2f us)\n",
+                     dtype_name(m.type).data(), static_cast<long long>(m.n_in), static_cast<long long>(rows),
+                     ex.glu ? " glu" : "", ex.norm_w ? " norm" : "", ex.residual ? " residual" : "",
+                     expert ? ex.n_expert_slots : 0, variant_name(win).c_str(),
+                     static_cast<double>(best[static_cast<size_t>(win)]), variant_name(def).c_str(),
+                     static_cast<double>(best[static_cast<size_t>(def)]));
+    }
     std::lock_guard<std::mutex> lk(g_tune_mu);
     g_tune_cache[key] = win;
 }

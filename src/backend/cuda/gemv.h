@@ -93,8 +93,8 @@ int gemv_variant_for(const GpuMatrix& m, const GemvArgs& a);
 // Forces every later gemv() onto one variant (tests, benchmarks); -1 restores the normal choice.
 void gemv_force_variant(int variant);
 
-// Expert-slot calls (GemvArgs::n_expert_slots > 0) are not tuned: gemv_autotune returns at once
-// for them (they use the forced variant, else m.gemv_variant, else the built-in guess).
+// Expert-slot calls (GemvArgs::n_expert_slots > 0) are tuned on their slot count, expert_rows and
+// activation rows (x_slot_stride 0: one shared x row); the timed calls rotate through the experts.
 // Times every variant on this matrix (cudaEvents: a few warm-up and timed calls each, a few ms)
 // for the call shape of shape_example and stores the fastest in m.gemv_variant. Only the shape
 // flags of shape_example are used (n_tok, glu, whether norm_w / bias / residual are set, scale,

@@ -38,13 +38,18 @@ int gemv_occupancy(int regs_per_thread, int static_smem, size_t dyn_smem);
 // kBatch = 4 types), split-K warps KS. A variant (gemv.h) is a configuration, a grid policy and
 // an L2 prefetch mode: variant = (mode * kGemvConfigs + configuration) * kGemvPolicies + policy,
 // so variants 0 .. kGemvBaseVariants - 1 are the plain (no prefetch) ones.
+// Row packing P (gemv_kernel): P rows side by side per warp, 32 / P lanes each, for rows shorter
+// than a warp's 32 units (MoE experts: Q4_0 n_in 512 = 16 units, Q4_K 512 = 8).
 struct GemvConfig {
-    int r, u4, ks;
+    int r, u4, ks, p;
 };
-inline constexpr int kGemvConfigs = 8;
+inline constexpr int kGemvConfigs = 14;
 inline constexpr GemvConfig kGemvConfigTable[kGemvConfigs] = {
-    {1, 4, 1}, {1, 8, 1}, {2, 4, 1}, {1, 4, 2}, {1, 8, 2}, {2, 2, 4}, {4, 1, 4}, {2, 4, 2},
+    {1, 4, 1, 1}, {1, 8, 1, 1}, {2, 4, 1, 1}, {1, 4, 2, 1}, {1, 8, 2, 1}, {2, 2, 4, 1}, {4, 1, 4, 1},
+    {2, 4, 2, 1}, {2, 2, 1, 1}, {4, 1, 1, 1}, {2, 1, 1, 2}, {4, 1, 1, 2}, {2, 1, 1, 4}, {4, 1, 1, 4},
 };
+// First packed configurations (gemv_default_variant): P = 2 (rows of 9 .. 16 units), P = 4 (<= 8).
+inline constexpr int kGemvConfigP2 = 11, kGemvConfigP4 = 13;
 inline constexpr int kGemvPolicies = 3;  // CTAs per SM: 0 (occupancy), 1, 2
 inline constexpr int kGemvPolicyTable[kGemvPolicies] = {0, 1, 2};
 inline constexpr int kGemvBaseVariants = kGemvConfigs * kGemvPolicies;
@@ -103,7 +108,7 @@ inline void gemv_set_prefetch(GemvParams& p, int mode, int slots_per_group, int 
 }
 
 // Register count and static shared memory of one kernel instantiation.
-template <class T, int NT, int R, int U, int KS, bool E>
+template <class T, int NT, int R, int U, int KS, bool E, int P>
 struct GemvKernelInfo {
     static inline int regs = 0, static_smem = 0;
 };
@@ -111,17 +116,17 @@ struct GemvKernelInfo {
 // Raises the kernel's dynamic shared-memory limit on the current device (once per device; a race
 // only repeats the idempotent call) and records its resource use. upload_matrix calls it through
 // gemv_prepare_*, so that gemv inside a graph capture makes no attribute call.
-template <class T, int NT, int R, int U, int KS, bool E>
+template <class T, int NT, int R, int U, int KS, bool E, int P = 1>
 void gemv_kernel_attr(int dev) {
     static uint64_t done = 0;  // bit per device
     if (dev >= 64 || !(__atomic_load_n(&done, __ATOMIC_ACQUIRE) >> dev & 1u)) {
-        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, NT, R, U, KS, E>,
+        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, NT, R, U, KS, E, P>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvMaxSmem));
         cudaFuncAttributes fa{};
-        PELICAN_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemv_kernel<T, NT, R, U, KS, E>));
-        __atomic_store_n(&GemvKernelInfo<T, NT, R, U, KS, E>::static_smem,
+        PELICAN_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemv_kernel<T, NT, R, U, KS, E, P>));
+        __atomic_store_n(&GemvKernelInfo<T, NT, R, U, KS, E, P>::static_smem,
                          static_cast<int>(fa.sharedSizeBytes), __ATOMIC_RELAXED);
-        __atomic_store_n(&GemvKernelInfo<T, NT, R, U, KS, E>::regs, fa.numRegs, __ATOMIC_RELEASE);
+        __atomic_store_n(&GemvKernelInfo<T, NT, R, U, KS, E, P>::regs, fa.numRegs, __ATOMIC_RELEASE);
         if (dev < 64) __atomic_fetch_or(&done, uint64_t{1} << dev, __ATOMIC_RELEASE);
     }
 }
@@ -129,22 +134,22 @@ void gemv_kernel_attr(int dev) {
 // rows_per_warp: output rows (glu: gate rows) per warp; policy: CTAs per SM (0 = occupancy),
 // overridden by gemv_set_grid_policy when that is set. Expert slots: gridDim.y = the slots, and
 // gridDim.x = min(the slot's row groups, max(1, floor(resident CTAs / slots))); no L2 prefetch.
-template <class T, int NT, int R, int U, int KS, bool E = false>
+template <class T, int NT, int R, int U, int KS, bool E = false, int P = 1>
 void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, int pf_mode, size_t smem,
                  cudaStream_t stream) {
     int dev = 0;
     PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
-    gemv_kernel_attr<T, NT, R, U, KS, E>(dev);
-    const int rows_per_group = (kGemvWarps / KS) * out_rows_per_warp;
+    gemv_kernel_attr<T, NT, R, U, KS, E, P>(dev);
+    const int rows_per_group = (kGemvWarps / KS) * out_rows_per_warp * P;
     p.n_groups = (p.n_slots + rows_per_group - 1) / rows_per_group;
     const int forced = gemv_grid_ctas_per_sm();
     const int pol = forced > 0 ? forced : policy;
     const int64_t per_sm =
-        pol > 0
-            ? pol
-            : gemv_occupancy(
-                  __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS, E>::regs, __ATOMIC_ACQUIRE),
-                  __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS, E>::static_smem, __ATOMIC_RELAXED), smem);
+        pol > 0 ? pol
+                : gemv_occupancy(
+                      __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS, E, P>::regs, __ATOMIC_ACQUIRE),
+                      __atomic_load_n(&GemvKernelInfo<T, NT, R, U, KS, E, P>::static_smem, __ATOMIC_RELAXED),
+                      smem);
     const int n_y = E ? p.n_expert_slots : 1;
     // Expert slots: the slots share the resident CTAs (rounded down, so that the whole grid is
     // resident at once: a second wave of a few CTAs would double the time of their groups).
@@ -156,7 +161,7 @@ void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, int pf_mode, s
     else
         gemv_set_prefetch(p, pf_mode, rows_per_group, grid);
     p.debug = gemv_debug_mode();
-    launch_pdl(gemv_kernel<T, NT, R, U, KS, E>, dim3(grid, n_y), dim3(kGemvThreads), smem, stream, p);
+    launch_pdl(gemv_kernel<T, NT, R, U, KS, E, P>, dim3(grid, n_y), dim3(kGemvThreads), smem, stream, p);
 }
 
 // Rows per warp for a token capacity > 1: enough rows to amortise the shared-memory reads of x.
@@ -181,13 +186,13 @@ void gemv_launch_cfg(const GemvParams& p, int policy, int pf_mode, size_t smem, 
     constexpr int U = GemvUnits<T, c.u4>::v;
     if (p.n_expert_slots > 0) {
         if (p.glu)
-            gemv_launch<T, 1, 2 * c.r, U, c.ks, true>(p, c.r, policy, pf_mode, smem, stream);
+            gemv_launch<T, 1, 2 * c.r, U, c.ks, true, c.p>(p, c.r, policy, pf_mode, smem, stream);
         else
-            gemv_launch<T, 1, c.r, U, c.ks, true>(p, c.r, policy, pf_mode, smem, stream);
+            gemv_launch<T, 1, c.r, U, c.ks, true, c.p>(p, c.r, policy, pf_mode, smem, stream);
     } else if (p.glu) {
-        gemv_launch<T, 1, 2 * c.r, U, c.ks>(p, c.r, policy, pf_mode, smem, stream);
+        gemv_launch<T, 1, 2 * c.r, U, c.ks, false, c.p>(p, c.r, policy, pf_mode, smem, stream);
     } else {
-        gemv_launch<T, 1, c.r, U, c.ks>(p, c.r, policy, pf_mode, smem, stream);
+        gemv_launch<T, 1, c.r, U, c.ks, false, c.p>(p, c.r, policy, pf_mode, smem, stream);
     }
 }
 
@@ -195,10 +200,10 @@ template <class T, int C>
 void gemv_prepare_cfg(int dev) {
     constexpr GemvConfig c = kGemvConfigTable[C];
     constexpr int U = GemvUnits<T, c.u4>::v;
-    gemv_kernel_attr<T, 1, c.r, U, c.ks, false>(dev);
-    gemv_kernel_attr<T, 1, 2 * c.r, U, c.ks, false>(dev);
-    gemv_kernel_attr<T, 1, c.r, U, c.ks, true>(dev);
-    gemv_kernel_attr<T, 1, 2 * c.r, U, c.ks, true>(dev);
+    gemv_kernel_attr<T, 1, c.r, U, c.ks, false, c.p>(dev);
+    gemv_kernel_attr<T, 1, 2 * c.r, U, c.ks, false, c.p>(dev);
+    gemv_kernel_attr<T, 1, c.r, U, c.ks, true, c.p>(dev);
+    gemv_kernel_attr<T, 1, 2 * c.r, U, c.ks, true, c.p>(dev);
 }
 
 template <class T, int NT>
@@ -222,6 +227,12 @@ void gemv_prepare_type() {
     gemv_prepare_cfg<T, 5>(dev);
     gemv_prepare_cfg<T, 6>(dev);
     gemv_prepare_cfg<T, 7>(dev);
+    gemv_prepare_cfg<T, 8>(dev);
+    gemv_prepare_cfg<T, 9>(dev);
+    gemv_prepare_cfg<T, 10>(dev);
+    gemv_prepare_cfg<T, 11>(dev);
+    gemv_prepare_cfg<T, 12>(dev);
+    gemv_prepare_cfg<T, 13>(dev);
     gemv_prepare_nt<T, 2>(dev);
     gemv_prepare_nt<T, 3>(dev);
     gemv_prepare_nt<T, 4>(dev);
@@ -258,8 +269,26 @@ void gemv_launch_type(const GemvParams& p, int nt, int variant, size_t smem, cud
                 case 6:
                     gemv_launch_cfg<T, 6>(p, policy, pf, smem, stream);
                     break;
-                default:
+                case 7:
                     gemv_launch_cfg<T, 7>(p, policy, pf, smem, stream);
+                    break;
+                case 8:
+                    gemv_launch_cfg<T, 8>(p, policy, pf, smem, stream);
+                    break;
+                case 9:
+                    gemv_launch_cfg<T, 9>(p, policy, pf, smem, stream);
+                    break;
+                case 10:
+                    gemv_launch_cfg<T, 10>(p, policy, pf, smem, stream);
+                    break;
+                case 11:
+                    gemv_launch_cfg<T, 11>(p, policy, pf, smem, stream);
+                    break;
+                case 12:
+                    gemv_launch_cfg<T, 12>(p, policy, pf, smem, stream);
+                    break;
+                default:
+                    gemv_launch_cfg<T, 13>(p, policy, pf, smem, stream);
                     break;
             }
             break;

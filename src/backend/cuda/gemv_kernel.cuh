@@ -273,18 +273,24 @@ struct GemvUnits {
 
 // R: weight rows per warp (glu: R/2 gate + R/2 up). NT: token capacity (>= p.n_tok). E: the
 // expert-slot kernel (NT = 1; p.n_expert_slots > 0), a separate instantiation so that the plain
-// kernels carry none of its state.
-template <class T, int NT, int R, int U, int KS, bool E>
+// kernels carry none of its state. P: rows packed side by side in a warp for short rows (fewer
+// units than lanes): the warp's lanes form P segments of L = 32 / P lanes, segment sg computes its
+// own R rows (a warp covers R * P rows), chunks are L units wide and the lane sums are segmented.
+template <class T, int NT, int R, int U, int KS, bool E, int P>
 __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * U <= 4 ? 2 : 1)
     gemv_kernel(const GemvParams p) {
     extern __shared__ __align__(16) uint8_t smem[];
     static_assert(kGemvWarps % KS == 0, "KS must divide the warps of a CTA");
+    static_assert((P == 1 || P == 2 || P == 4 || P == 8) && (P == 1 || KS == 1),
+                  "row packing: P in {1, 2, 4, 8}, without split-K");
     constexpr int kRowWarps = kGemvWarps / KS;
-    constexpr int H = R / 2;  // glu: gate rows per warp
+    constexpr int H = R / 2;   // glu: gate rows per warp
+    constexpr int L = 32 / P;  // lanes per row
     __shared__ float red[KS > 1 ? kGemvWarps : 1][R][NT];
     const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
     const int rw = warp / KS, ks = warp % KS;
-    const int n_chunks = (p.n_units + 31) / 32;
+    const int sg = lane / L, sl = lane % L;  // row segment, lane inside it (P = 1: 0, lane)
+    const int n_chunks = (p.n_units + L - 1) / L;
     const int n_batches = (n_chunks + U * KS - 1) / (U * KS);
 
     // Expert slots (E): the weight rows of this CTA's expert start at row_base (set after the PDL
@@ -301,11 +307,11 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
         const int wg = group * kRowWarps + rw;
 #pragma unroll
         for (int s = 0; s < R; ++s) {
-            int i = wg * R + s;
+            int i = (wg * R + s) * P + sg;
             int64_t row = i;
             if constexpr (H > 0) {
                 if (p.glu) {
-                    i = wg * H + s % H;
+                    i = (wg * H + s % H) * P + sg;
                     row = static_cast<int64_t>(i) + (s / H) * static_cast<int64_t>(p.n_half);
                 }
             }
@@ -313,7 +319,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
             rows[s] = row + row_base;
         }
     };
-    auto unit_of = [&](int batch, int j) { return ((batch * U + j) * KS + ks) * 32 + lane; };
+    auto unit_of = [&](int batch, int j) { return ((batch * U + j) * KS + ks) * L + sl; };
     typename T::W w[U][R];
     auto load_batch = [&](int batch) {
 #pragma unroll
@@ -412,7 +418,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
 #pragma unroll
             for (int s = 0; s < R; ++s)
 #pragma unroll
-                for (int t = 0; t < NT; ++t) acc[s][t] = warp_sum(acc[s][t]);
+                for (int t = 0; t < NT; ++t) acc[s][t] = seg_sum<L>(acc[s][t]);
             bool out_warp = true;
             if constexpr (KS > 1) {
                 if (lane == 0) {
@@ -440,7 +446,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
                 for (int s = 0; s < R; ++s)
 #pragma unroll
                     for (int t = 0; t < NT; ++t) {
-                        if (lane == ((s * NT + t) & 31) && keep_valid[s] && t < p.n_tok) {
+                        if (sl == (s * NT + t) % L && keep_valid[s] && t < p.n_tok) {
                             float* const y = E ? y_e : p.y;
                             const float* const residual = E ? res_e : p.residual;
                             const int64_t o = keep_rows[s] - row_base;
@@ -457,7 +463,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
                     for (int s = 0; s < H; ++s)
 #pragma unroll
                         for (int t = 0; t < NT; ++t) {
-                            if (lane == ((s * NT + t) & 31) && keep_valid[s] && t < p.n_tok) {
+                            if (sl == (s * NT + t) % L && keep_valid[s] && t < p.n_tok) {
                                 float* const y = E ? y_e : p.y;
                                 const float* const residual = E ? res_e : p.residual;
                                 const int64_t og = keep_rows[s] - row_base, ou = keep_rows[s + H] - row_base;

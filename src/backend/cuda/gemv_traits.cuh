@@ -62,6 +62,14 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// Sum over aligned segments of L lanes (L a power of two <= 32; L = 32 is warp_sum).
+template <int L>
+__device__ __forceinline__ float seg_sum(float v) {
+#pragma unroll
+    for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 __device__ __forceinline__ const uint8_t* plane_row(const GemvParams& p, int k, int64_t row) {
     return p.w + p.off[k] + row * p.stride[k];
 }

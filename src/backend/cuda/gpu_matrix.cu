@@ -375,6 +375,15 @@ bool upload_matrix(DType type, int64_t n_in, const HostRows* parts, int n_parts,
     return true;
 }
 
+const float* gpu_matrix_f32_rows(const GpuMatrix& m) {
+    if (m.type != DType::F32 || m.data == nullptr) return nullptr;
+    return reinterpret_cast<const float*>(static_cast<const uint8_t*>(m.data) + m.off[0]);
+}
+
+int64_t gpu_matrix_f32_row_floats(const GpuMatrix& m) {
+    return m.type == DType::F32 && m.data != nullptr ? m.stride[0] / 4 : 0;  // gemv_params.cuh: F32 plane 0
+}
+
 void free_matrix(GpuMatrix& m) {
     if (m.data != nullptr) PELICAN_CUDA_CHECK(cudaFree(m.data));
     m = GpuMatrix{};

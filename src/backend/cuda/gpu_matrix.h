@@ -53,6 +53,10 @@ struct GpuMatrix {
 bool upload_matrix(DType type, int64_t n_in, const HostRows* parts, int n_parts, GpuMatrix& out,
                    cudaStream_t stream, const char** err);
 void free_matrix(GpuMatrix& m);  // no-op on an empty matrix
+// F32 matrices: the rows (plane 0, row r at + r * gpu_matrix_f32_row_floats(m) floats; n_in floats
+// then zero padding to a multiple of 4). Other types or an empty matrix: nullptr / 0.
+const float* gpu_matrix_f32_rows(const GpuMatrix& m);
+int64_t gpu_matrix_f32_row_floats(const GpuMatrix& m);
 
 // Writes rows row0 .. row0 + n_rows - 1 of W dequantized (exactly as core/dequantize.cpp, then
 // rounded to out_type) into out [n_rows, n_in] (row-major, dense). out_type: F16, BF16 or F32.

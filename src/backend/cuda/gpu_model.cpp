@@ -157,7 +157,7 @@ Expected<std::unique_ptr<GpuModel>> GpuModel::upload(const Model& model, bool lo
             a.residual = residual ? &kSet : nullptr;
             gemv_autotune(m, a, stream);
         };
-        g->tune_hybrid(tune);
+        g->tune_hybrid(tune, [&](GpuMatrix& m, const GemvArgs& a) { gemv_autotune(m, a, stream); });
         for (GpuLayer& gl : g->layers_) {
             for (GpuPart& p : gl.qkv) tune(p.m, true, false, false);
             for (GpuPart& p : gl.gate_up) tune(p.m, true, gl.gate_up.size() == 1, false);

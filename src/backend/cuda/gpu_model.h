@@ -31,6 +31,7 @@ namespace pelican::cuda {
 
 class Uploader;  // gpu_upload.h
 class VecArena;
+struct GemvArgs;  // gemv.h
 
 // One stacked part: rows [row0, row0 + m.n_out) of the block's output.
 struct GpuPart {
@@ -158,7 +159,10 @@ private:
     // gpu_model_hybrid.cpp: the hybrid layers (up: the uploader of upload(); vecs: its fp32 arena;
     // vec_read: += the vector bytes one decode step reads), their GEMV tuning, and freeing.
     Status upload_hybrid(Uploader& up, VecArena& vecs, size_t* vec_read);
-    void tune_hybrid(const std::function<void(GpuMatrix&, bool norm, bool glu, bool residual)>& tune);
+    // tune: a decode GEMV of the matrix with those prologue/epilogue options; tune_args: with the
+    // call shape given (the expert-slot GEMVs).
+    void tune_hybrid(const std::function<void(GpuMatrix&, bool norm, bool glu, bool residual)>& tune,
+                     const std::function<void(GpuMatrix&, const GemvArgs&)>& tune_args);
     void free_hybrid();
 
     const Model& model_;

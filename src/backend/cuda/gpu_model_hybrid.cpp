@@ -225,7 +225,12 @@ Status GpuModel::upload_hybrid(Uploader& up, VecArena& vecs, size_t* vec_read) {
     return {};
 }
 
-void GpuModel::tune_hybrid(const std::function<void(GpuMatrix&, bool, bool, bool)>& tune) {
+void GpuModel::tune_hybrid(const std::function<void(GpuMatrix&, bool, bool, bool)>& tune,
+                           const std::function<void(GpuMatrix&, const GemvArgs&)>& tune_args) {
+    const ModelHParams& hp = model_.hparams();
+    const HybridHParams& h = *hp.hybrid;
+    static const float kSet = 0.0f;  // a non-null flag: gemv_autotune never dereferences it
+    static const int32_t kSetId = 0;
     std::vector<GpuHybridLayer*> layers;
     for (GpuHybridLayer& g : hybrid_layers_) layers.push_back(&g);
     if (mtp_.present) {
@@ -241,7 +246,23 @@ void GpuModel::tune_hybrid(const std::function<void(GpuMatrix&, bool, bool, bool
             for (GpuPart& p : g.linear.in_proj) tune(p.m, true, false, false);
             tune(g.linear.out, false, false, true);
         }
-        // Routed experts run in expert-slot mode (built-in variant choice, not tuned here).
+        // Routed experts: the decode step's expert-slot calls (CudaHybridForward::moe_block), k
+        // slots (+ 1 for a stacked shared expert) of one token.
+        if (g.moe.experts_gate_up.data && g.moe.experts_down.data) {
+            GemvArgs a;
+            a.expert_ids = &kSetId;
+            a.n_expert_slots = h.n_expert_used + (g.moe.shared_in_experts ? 1 : 0);
+            a.norm_w = &kSet;
+            a.glu = true;
+            a.expert_rows = 2 * h.n_ff_expert;
+            tune_args(g.moe.experts_gate_up, a);
+            GemvArgs d;
+            d.expert_ids = &kSetId;
+            d.n_expert_slots = a.n_expert_slots;
+            d.expert_rows = hp.n_embd;
+            d.x_slot_stride = h.n_ff_expert;
+            tune_args(g.moe.experts_down, d);
+        }
         for (GpuPart& p : g.moe.router) tune(p.m, true, false, false);
         for (GpuPart& p : g.moe.shared_gate_up) tune(p.m, true, g.moe.shared_gate_up.size() == 1, false);
         if (g.moe.shared_down.data) tune(g.moe.shared_down, false, false, false);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/pdl.cuh"
 
 namespace pelican::cuda {
@@ -20,107 +21,21 @@ namespace {
 
 // ---- moe_route ----------------------------------------------------------------------------------
 
-constexpr int kRouteWarps = 4;                 // tokens per CTA
-constexpr int kPerLane = kMoeMaxExperts / 32;  // experts per lane: e = lane + 32 i
-static_assert(kMoeMaxUsed <= 32, "lane j holds the j-th choice");
+constexpr int kRouteWarps = 4;  // tokens per CTA
 
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// ref::moe_route, one warp per token. The exp terms and the sum in double as ref::softmax (the
-// sum's order differs: a per-lane sum, then a butterfly; ~1e-16 relative), p rounded to fp32;
-// the selection compares those fp32 p (ties: lower id), the renormalising sum adds the chosen p
-// in double in choice order, exactly as the reference.
+// moe_route: one warp per token (detail::route_warp).
+template <int kPerLane>
 __global__ void __launch_bounds__(kRouteWarps * 32)
     moe_route_kernel(const float* logits, int64_t stride, int n_tok, int n_expert, int k, bool renormalize,
                      bool shared_slot, int32_t* ids, float* weights) {
     pdl_wait();  // the logits come from the router GEMV; ids / weights may be read by earlier kernels
+    pdl_trigger();
     const int lane = static_cast<int>(threadIdx.x & 31);
     const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + (threadIdx.x >> 5);
-    if (t >= n_tok) return;  // whole warps
-    const float* l = logits + t * stride;
-    float v[kPerLane];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-        const int e = lane + 32 * i;
-        v[i] = e < n_expert ? l[e] : -INFINITY;
-        mx = v[i] > mx ? v[i] : mx;  // as the reference: NaN never becomes the max
-    }
-    pdl_trigger();  // inputs read: the next kernel's CTAs may be scheduled
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float m = __shfl_xor_sync(0xffffffffu, mx, o);
-        mx = m > mx ? m : mx;
-    }
-    float p[kPerLane];
-    if (mx == -INFINITY) {  // all masked: p = 0 (ref::softmax)
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) p[i] = 0.0f;
-    } else {
-        double ex[kPerLane];
-        double sum = 0.0;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int e = lane + 32 * i;
-            ex[i] = e < n_expert ? exp(static_cast<double>(v[i]) - static_cast<double>(mx)) : 0.0;
-            sum += ex[i];
-        }
-        sum = warp_sum_d(sum);
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) p[i] = static_cast<float>(ex[i] / sum);
-    }
-
-    // k rounds of a warp arg-max over the experts not yet taken.
-    uint32_t taken = 0;  // bit i: expert lane + 32 i is chosen
-    double chosen_sum = 0.0;
-    int32_t my_id = 0;
-    float my_p = 0.0f;
-    for (int j = 0; j < k; ++j) {
-        float bp = -INFINITY;
-        int be = INT_MAX;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int e = lane + 32 * i;
-            if (e < n_expert && !(taken >> i & 1u) && p[i] > bp) {  // strict: the lower id keeps a tie
-                bp = p[i];
-                be = e;
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (op > bp || (op == bp && oe < be)) {
-                bp = op;
-                be = oe;
-            }
-        }
-        if (be == INT_MAX) {  // only NaN p left (NaN logits): a valid id, weight 0
-            be = j;
-            bp = 0.0f;
-        } else if ((be & 31) == lane) {
-            taken |= 1u << (be >> 5);
-        }
-        chosen_sum += static_cast<double>(bp);
-        if (lane == j) {
-            my_id = be;
-            my_p = bp;
-        }
-    }
+    if (t >= n_tok) return;                  // whole warps
     const int ko = shared_slot ? k + 1 : k;  // entries per token
-    if (lane < k) {
-        const double w = my_p;
-        ids[t * ko + lane] = my_id;
-        weights[t * ko + lane] = static_cast<float>(renormalize && chosen_sum > 0 ? w / chosen_sum : w);
-    } else if (shared_slot && lane == k) {  // the shared expert, stacked as expert n_expert
-        const float g = l[n_expert];
-        ids[t * ko + k] = n_expert;
-        weights[t * ko + k] = 1.0f / (1.0f + expf(-g));
-    }
+    detail::route_warp<kPerLane>(logits + t * stride, n_expert, k, renormalize, shared_slot, ids + t * ko,
+                                 weights + t * ko, lane);
 }
 
 // ---- moe_combine --------------------------------------------------------------------------------
@@ -200,8 +115,15 @@ void moe_route(const float* logits, int64_t logits_stride, int n_tok, int n_expe
     if (logits == nullptr || ids == nullptr || weights == nullptr) moe_fail("moe_route: null pointer");
     const unsigned blocks =
         static_cast<unsigned>((static_cast<int64_t>(n_tok) + kRouteWarps - 1) / kRouteWarps);
-    launch_pdl(moe_route_kernel, dim3(blocks), dim3(kRouteWarps * 32), 0, stream, logits, logits_stride,
-               n_tok, n_expert, k, renormalize, shared_slot, ids, weights);
+    if (n_expert <= 4 * 32)
+        launch_pdl(moe_route_kernel<4>, dim3(blocks), dim3(kRouteWarps * 32), 0, stream, logits,
+                   logits_stride, n_tok, n_expert, k, renormalize, shared_slot, ids, weights);
+    else if (n_expert <= 8 * 32)
+        launch_pdl(moe_route_kernel<8>, dim3(blocks), dim3(kRouteWarps * 32), 0, stream, logits,
+                   logits_stride, n_tok, n_expert, k, renormalize, shared_slot, ids, weights);
+    else
+        launch_pdl(moe_route_kernel<16>, dim3(blocks), dim3(kRouteWarps * 32), 0, stream, logits,
+                   logits_stride, n_tok, n_expert, k, renormalize, shared_slot, ids, weights);
 }
 
 void moe_combine(const MoeCombineArgs& in, cudaStream_t stream) {

@@ -32,6 +32,36 @@ inline constexpr int kMoeMaxUsed = 16;
 void moe_route(const float* logits, int64_t logits_stride, int n_tok, int n_expert, int k, bool renormalize,
                int32_t* ids, float* weights, cudaStream_t stream, bool shared_slot = false);
 
+// The router GEMV and moe_route fused for ONE token (the decode step): logits[r] = W[r] . x' for
+// r < n_rows with x' = rms_norm(x) * (1 + norm_w) (norm_one_plus; else * norm_w; no norm when
+// norm_w is nullptr), fp32 weights W [n_rows, w_stride floats] (a row per expert, then the shared
+// gate's row when n_rows > n_expert); then ids / weights exactly as moe_route on that logits row
+// (shared_slot as there). The logits are written too (moe_combine may read the shared gate's).
+// One kernel: the CTAs count themselves in on *counter (device, zero before the first launch, back
+// to zero after each; one counter per stream of launches) and the last one routes. x, w, norm_w
+// 16-byte aligned; n_embd a multiple of 4, <= kMoeRouterMaxEmbd; n_rows <= n_expert + 1.
+// PELICAN_FUSED_ROUTER=0 in the environment makes moe_router_fused_enabled() false (callers then
+// run gemv + moe_route).
+inline constexpr int64_t kMoeRouterMaxEmbd = 8192;
+struct MoeRouterArgs {
+    const float* x = nullptr;  // [n_embd]
+    int64_t n_embd = 0;
+    const float* norm_w = nullptr;  // [n_embd] or nullptr
+    float eps = 1e-6f;
+    bool norm_one_plus = false;
+    const float* w = nullptr;  // [n_rows, w_stride]
+    int64_t w_stride = 0;      // floats per row (>= n_embd, a multiple of 4)
+    int n_rows = 0;
+    float* logits = nullptr;  // [n_rows]
+    int n_expert = 0, k = 0;
+    bool renormalize = true, shared_slot = false;
+    int32_t* ids = nullptr;    // [k (+1)]
+    float* weights = nullptr;  // [k (+1)]
+    unsigned* counter = nullptr;
+};
+void moe_router_route(const MoeRouterArgs& a, cudaStream_t stream);
+bool moe_router_fused_enabled();
+
 // Closes the MoE block:
 //   y[t, i] = residual[t, i] + sigmoid(shared_gate_logit[t]) * shared_out[t, i]
 //             + sum_{j < k} weights[t * k + j] * expert_out[t * k + j, i]

@@ -1,0 +1,113 @@
+// Private to the MoE kernels (moe.cu, moe_router.cu): the router's top-k as one warp's device
+// function (ref::moe_route for one token). CUDA only.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/moe.h"
+
+namespace pelican::cuda::detail {
+
+static_assert(kMoeMaxUsed <= 32, "lane j holds the j-th choice");
+static_assert(kMoeMaxExperts <= 16 * 32, "at most 16 experts per lane");
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// ref::moe_route for one token, by one whole warp (lane = its lane): softmax over the n_expert
+// logits l[0 .. n_expert) (read with ld.global.cg: l may have been written by other CTAs of the
+// calling kernel), top k, renormalisation; writes ids[0 .. ko), weights[0 .. ko) (ko = k, or k + 1
+// with the shared slot: entry k = (n_expert, sigmoid(l[n_expert]))). The exp terms and the sum in
+// double as ref::softmax (the sum's order differs: a per-lane sum, then a butterfly; ~1e-16
+// relative), p rounded to fp32; the selection compares those fp32 p (ties: lower id), the
+// renormalising sum adds the chosen p in double in choice order, exactly as the reference.
+// kPerLane: experts per lane (e = lane + 32 i), 32 kPerLane >= n_expert (the loops unroll over it).
+template <int kPerLane>
+__device__ __forceinline__ void route_warp(const float* l, int n_expert, int k, bool renormalize,
+                                           bool shared_slot, int32_t* ids, float* weights, int lane) {
+    float v[kPerLane];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        v[i] = e < n_expert ? __ldcg(l + e) : -INFINITY;
+        mx = v[i] > mx ? v[i] : mx;  // as the reference: NaN never becomes the max
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = m > mx ? m : mx;
+    }
+    float p[kPerLane];
+    if (mx == -INFINITY) {  // all masked: p = 0 (ref::softmax)
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) p[i] = 0.0f;
+    } else {
+        double ex[kPerLane];
+        double sum = 0.0;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            const int e = lane + 32 * i;
+            ex[i] = e < n_expert ? exp(static_cast<double>(v[i]) - static_cast<double>(mx)) : 0.0;
+            sum += ex[i];
+        }
+        sum = warp_sum_d(sum);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) p[i] = static_cast<float>(ex[i] / sum);
+    }
+
+    // k rounds of a warp arg-max over the experts not yet taken.
+    uint32_t taken = 0;  // bit i: expert lane + 32 i is chosen
+    double chosen_sum = 0.0;
+    int32_t my_id = 0;
+    float my_p = 0.0f;
+    for (int j = 0; j < k; ++j) {
+        float bp = -INFINITY;
+        int be = INT_MAX;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            const int e = lane + 32 * i;
+            if (e < n_expert && !(taken >> i & 1u) && p[i] > bp) {  // strict: the lower id keeps a tie
+                bp = p[i];
+                be = e;
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (op > bp || (op == bp && oe < be)) {
+                bp = op;
+                be = oe;
+            }
+        }
+        if (be == INT_MAX) {  // only NaN p left (NaN logits): a valid id, weight 0
+            be = j;
+            bp = 0.0f;
+        } else if ((be & 31) == lane) {
+            taken |= 1u << (be >> 5);
+        }
+        chosen_sum += static_cast<double>(bp);
+        if (lane == j) {
+            my_id = be;
+            my_p = bp;
+        }
+    }
+    if (lane < k) {
+        const double w = my_p;
+        ids[lane] = my_id;
+        weights[lane] = static_cast<float>(renormalize && chosen_sum > 0 ? w / chosen_sum : w);
+    } else if (shared_slot && lane == k) {  // the shared expert, stacked as expert n_expert
+        const float g = __ldcg(l + n_expert);
+        ids[k] = n_expert;
+        weights[k] = 1.0f / (1.0f + expf(-g));
+    }
+}
+
+}  // namespace pelican::cuda::detail
