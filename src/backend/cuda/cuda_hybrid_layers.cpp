@@ -2,6 +2,7 @@
 // Gated DeltaNet, gated attention, MoE, dense MLP; mirrors model/hybrid_layers.cpp. Everything is
 // graph-capturable (the one-token step is captured): no allocation, no host synchronisation.
 #include <algorithm>
+#include <cstdlib>
 
 #include <cuda_runtime.h>
 
@@ -33,13 +34,44 @@ void CudaHybridForward::gemv_parts(const std::vector<GpuPart>& parts, const floa
     }
 }
 
+// PELICAN_FUSED_CONV=0: the decode step runs conv1d_silu as its own kernel (for comparisons).
+static bool fused_conv_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("PELICAN_FUSED_CONV");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
 void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n) {
     const HybridHParams& hy = *hp_.hybrid;
     const DeltaNetShape& s = hy.linear;
     const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.n_v_heads;
-    // proj_ rows [w_dn_]: [Q|K|V (cd) | z (vd) | b (nv) | a (nv)] = W rms_norm_zc(x)
-    gemv_parts(L.linear.in_proj, L.attn_norm, n, proj_, w_dn_, false);
-    conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
+    // proj_ rows [w_dn_]: [Q|K|V (cd) | z (vd) | b (nv) | a (nv)] = W rms_norm_zc(x); conv_ = the
+    // conv + SiLU of the Q|K|V columns (decode: in the in_proj GEMV's epilogue).
+    const std::vector<GpuPart>& parts = L.linear.in_proj;
+    if (n == 1 && fused_conv_enabled() && !parts.empty() && parts[0].row0 == 0 && parts[0].m.n_out >= cd) {
+        for (size_t i = 0; i < parts.size(); ++i) {
+            GemvArgs a;
+            a.x = x_;
+            a.norm_w = L.attn_norm;
+            a.norm_eps = hp_.rms_eps;
+            a.norm_one_plus = true;
+            a.y = proj_ + parts[i].row0;
+            a.y_stride = w_dn_;
+            if (i == 0) {
+                a.conv_w = L.linear.conv;
+                a.conv_state = conv_state(slot);
+                a.conv_y = conv_;
+                a.conv_ch = cd;
+                a.conv_k = hy.conv_kernel;
+            }
+            gemv(parts[i].m, a, stream_);
+        }
+    } else {
+        gemv_parts(parts, L.attn_norm, n, proj_, w_dn_, false);
+        conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
+    }
     DeltaNetStepArgs d;
     d.n_tok = n;
     d.n_k_heads = s.n_k_heads;
