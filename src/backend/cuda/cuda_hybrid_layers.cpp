@@ -34,11 +34,14 @@ void CudaHybridForward::gemv_parts(const std::vector<GpuPart>& parts, const floa
     }
 }
 
-// PELICAN_FUSED_CONV=0: the decode step runs conv1d_silu as its own kernel (for comparisons).
+// PELICAN_FUSED_CONV=1: the decode step runs the conv in the in_proj GEMV's epilogue instead of
+// conv1d_silu. Off by default: measured slower on the H200 (ncu, 35B-A3B Q4_0: in_proj + conv
+// epilogue 29 us vs 13 + 2.7 us as two kernels; the epilogue's dependent state loads stall each row
+// group; docs/performance.md). Loading the state before the weight loop would hide that.
 static bool fused_conv_enabled() {
     static const bool on = [] {
         const char* e = std::getenv("PELICAN_FUSED_CONV");
-        return !(e && e[0] == '0');
+        return e && e[0] == '1';
     }();
     return on;
 }
@@ -48,7 +51,7 @@ void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n)
     const DeltaNetShape& s = hy.linear;
     const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.n_v_heads;
     // proj_ rows [w_dn_]: [Q|K|V (cd) | z (vd) | b (nv) | a (nv)] = W rms_norm_zc(x); conv_ = the
-    // conv + SiLU of the Q|K|V columns (decode: in the in_proj GEMV's epilogue).
+    // conv + SiLU of the Q|K|V columns (with PELICAN_FUSED_CONV=1 in the in_proj GEMV's epilogue).
     const std::vector<GpuPart>& parts = L.linear.in_proj;
     if (n == 1 && fused_conv_enabled() && !parts.empty() && parts[0].row0 == 0 && parts[0].m.n_out >= cd) {
         for (size_t i = 0; i < parts.size(); ++i) {
