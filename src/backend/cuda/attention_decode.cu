@@ -47,6 +47,16 @@ int decode_splits(int64_t n_ctx, int n_kv_head) {
     return static_cast<int>(s > 0 ? s : 1);
 }
 
+constexpr int kMinPairs = 8;  // (kv head, row block) pairs the streaming kernel aims for
+
+bool row_blocks_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("PELICAN_ATTN_ROW_BLOCKS");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
 [[noreturn]] void fail(const char* what) {
     std::fprintf(stderr, "pelican: attention_decode: %s\n", what);
     std::abort();
@@ -71,7 +81,18 @@ void attention_decode(const AttnArgs& a, cudaStream_t stream) {
     const int group = a.n_head / a.n_kv_head;
     const int rows_total = group * a.n_tok;
     const bool streaming = a.kv.type == DType::F16 && attn::stream_supported(a.head_dim, a.kv.k, a.kv.v);
-    const int nz = static_cast<int>(ceil_div(rows_total, streaming ? attn::kStreamMaxRows : attn::kMaxRows));
+    int nz = static_cast<int>(ceil_div(rows_total, streaming ? attn::kStreamMaxRows : attn::kMaxRows));
+    // Streaming, few KV heads (Qwen3.5: 2 KV heads x 8 query rows of dim 256): smaller row blocks
+    // so that there are >= kMinPairs (kv head, row block) pairs. Each block re-reads its head's K/V
+    // (from L2 after the first), but the splits per pair (one wave of CTAs shared by the pairs) and
+    // so the last CTA's combine (splits x rows x head_dim partials, read alone) shrink with it: at
+    // 2 KV heads and 4K keys the combine was 66 x 8 x 256 floats per head, and tg128 fell from 468
+    // to 355 tok/s between depth 0 and 4K on the 35B-A3B shape (docs/performance.md). Not yet
+    // measured with this rule. PELICAN_ATTN_ROW_BLOCKS=0: off (row blocks from kStreamMaxRows alone).
+    if (streaming && row_blocks_enabled()) {
+        const int want = static_cast<int>(ceil_div(kMinPairs, a.n_kv_head));
+        if (nz < want) nz = want < rows_total ? want : rows_total;
+    }
     const int n_splits = decode_splits(a.kv.n_ctx, a.n_kv_head);
 
     attn::RowsParams p{};
