@@ -5,6 +5,7 @@
 #   tools/gpu/hybrid_check.sh [PHASE...]     phases: build test sanitize models bench peer table big
 #
 #   test      the hybrid GPU tests (cuda_deltanet, cuda_moe, cuda_hybrid_golden) and the ops they use
+#             (elementwise, attention)
 #   sanitize  compute-sanitizer memcheck + racecheck on cuda_deltanet_test and cuda_moe_test (small mode)
 #   models    Qwen3.5-35B-A3B-shaped GGUFs (tools/configs/qwen3.5-35b-a3b.json) in $TYPES, written by
 #             pelican convert --synthetic qwen3_5_moe (~20 GB each for Q4_0 / Q4_K)
@@ -33,7 +34,7 @@ export OUT
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 BIG_TYPE=${BIG_TYPE:-q4_0}
 BIG_TIMEOUT=${BIG_TIMEOUT:-540}
-HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_hybrid_golden_test cuda_elementwise_test"
+HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test"
 
 say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
