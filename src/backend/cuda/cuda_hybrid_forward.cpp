@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_hybrid_forward.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include <cuda_runtime.h>
@@ -51,7 +52,12 @@ Status CudaHybridForward::init() {
     const HybridHParams& hy = *hp_.hybrid;
     const DeltaNetShape& s = hy.linear;
     const int64_t E = hp_.n_embd, Q = hp_.q_dim(), KV = hp_.kv_dim(), V = hp_.n_vocab;
-    const size_t M = kMicro, f = sizeof(float);
+    const size_t f = sizeof(float);
+    // Prompt chunks: every layer over up to chunk_ tokens at once (GEMMs); PELICAN_HYBRID_CHUNK=0
+    // keeps prompts in micro-batches of kMicro tokens.
+    const char* ce = std::getenv("PELICAN_HYBRID_CHUNK");
+    if (!(ce && ce[0] == '0') && n_batch_ > kMicro) chunk_ = std::min<int64_t>(n_batch_, kMaxChunk);
+    const size_t M = static_cast<size_t>(std::max<int64_t>(kMicro, chunk_)), ML = kMicro;
     PELICAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : step_ev_) PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&prompt_ev_, cudaEventDisableTiming));
@@ -94,6 +100,8 @@ Status CudaHybridForward::init() {
         }
     }
     ff_sh = ff;
+    // Widest GEMM output of a prompt chunk (tmp_) and the GEMM bounds.
+    const int64_t tmp_w = std::max({w_dn_, w_at_, E, hy.n_expert + int64_t{1}, 2 * std::max<int64_t>(ff, 1)});
     const int k = std::max(hy.n_expert_used, 1) + 1;  // slots per token (+1: the shared expert as a slot)
     const int64_t ff_e = std::max<int64_t>(hy.n_ff_expert, 1);
     const size_t attn_ws_bytes = attention_workspace_bytes(n_ctx_, static_cast<int>(hp_.n_head),
@@ -106,9 +114,10 @@ Status CudaHybridForward::init() {
                  o_act = c.add(M * std::max<int64_t>(ff_sh, 1) * f),
                  o_router = c.add(M * (hy.n_expert + 1) * f), o_ids = c.add(M * k * 4),
                  o_wts = c.add(M * k * f), o_eact = c.add(M * k * ff_e * f), o_eout = c.add(M * k * E * f),
-                 o_sout = c.add(M * E * f), o_logits = c.add(M * V * f), o_aws = c.add(attn_ws_bytes),
-                 o_mcat = c.add(has_mtp() ? M * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? M * E * f : 0),
-                 o_mlog = c.add(has_mtp() ? M * V * f : 0), o_ctr = c.add(sizeof(unsigned));
+                 o_sout = c.add(M * E * f), o_logits = c.add(ML * V * f), o_aws = c.add(attn_ws_bytes),
+                 o_mcat = c.add(has_mtp() ? ML * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? ML * E * f : 0),
+                 o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)),
+                 o_xn = c.add(chunk_ > 0 ? M * E * f : 0), o_tmp = c.add(chunk_ > 0 ? M * tmp_w * f : 0);
     scratch_ = DeviceBuffer(c.total());
     if (!scratch_.ok())
         return make_error("GPU scratch ({}) does not fit in GPU memory ({})", human_bytes(c.total()),
@@ -130,10 +139,21 @@ Status CudaHybridForward::init() {
     logits_ = at(o_logits);
     attn_ws_ = base + o_aws;
     router_ctr_ = reinterpret_cast<unsigned*>(base + o_ctr);
+    if (chunk_ > 0) {
+        xn_ = at(o_xn);
+        tmp_ = at(o_tmp);
+    }
     if (has_mtp()) {
         mtp_cat_ = at(o_mcat);
         mtp_hidden_ = at(o_mhid);
         mtp_logits_ = at(o_mlog);
+    }
+    if (chunk_ > 0) {
+        const int64_t max_in = std::max({E, s.value_dim(), Q, std::max<int64_t>(ff, 1)});
+        const char* err = nullptr;
+        if (!mm_.init(max_in, tmp_w, chunk_, stream_, &err))
+            return make_error("GPU prompt matmul setup failed: {} ({})", err ? err : "unknown error",
+                              gpu_memory_note());
     }
     PELICAN_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch_.size(), stream_));  // the attention
     // workspace must start zeroed; the rest so that no kernel ever reads uninitialised memory
@@ -263,6 +283,31 @@ Status CudaHybridForward::run_tokens(std::span<const int32_t> tokens, int64_t po
             PELICAN_CUDA_CHECK(cudaGraphLaunch(step_exec_, stream_));
         else
             enqueue_micro(1, &step_in_->token, &step_in_->pos, false);
+    } else if (chunk_ > 0) {
+        // Prompt chunks of up to chunk_ tokens, every layer over the whole chunk (cuda_hybrid_chunk.cpp).
+        const int64_t E = hp_.n_embd;
+        const bool rows = !all_logits.empty();
+        for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
+            const int64_t m = std::min(chunk_, n - c0);
+            stage_chunk(tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(m)), pos0 + c0);
+            enqueue_chunk(static_cast<int>(m), ids_dev_, pos_dev_, pos0 + c0);  // pos_dev_[0] = pos0 + c0
+            if (!rows) {
+                if (c0 + m == n) lm_head(x_ + (m - 1) * E, 1);  // the last token's logits into row 0
+                continue;
+            }
+            for (int64_t r0 = 0; r0 < m; r0 += kMicro) {  // every row, kMicro at a time through logits_
+                const int b = static_cast<int>(std::min<int64_t>(kMicro, m - r0));
+                lm_head(x_ + r0 * E, b);
+                PELICAN_CUDA_CHECK(cudaMemcpyAsync(all_logits.data() + (c0 + r0) * V, logits_,
+                                                   static_cast<size_t>(b * V) * sizeof(float),
+                                                   cudaMemcpyDeviceToHost, stream_));
+                if (c0 + r0 + b == n && b > 1)  // the last token's logits in row 0, as without all_logits
+                    PELICAN_CUDA_CHECK(cudaMemcpyAsync(logits_, logits_ + (b - 1) * V,
+                                                       static_cast<size_t>(V) * sizeof(float),
+                                                       cudaMemcpyDeviceToDevice, stream_));
+            }
+        }
+        if (rows) PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     } else {
         // Chunks of n_batch tokens: positions of each micro-batch, then the tokens, staged together.
         for (int64_t c0 = 0; c0 < n; c0 += n_batch_) {

@@ -1,8 +1,11 @@
 // The forward pass of the hybrid Qwen3.5 stack (qwen35moe / qwen35; model/hybrid_forward.h is the
 // CPU pass it mirrors) on one CUDA GPU.
 //
-// Work runs in micro-batches of up to kMicro = 8 tokens (the GEMV kernels' token capacity): a decode
-// step is a micro-batch of one, a prompt is cut into micro-batches of eight. Per micro-batch:
+// A decode step is a micro-batch of one token (the GEMV kernels take up to kMicro = 8). A prompt runs
+// in chunks of up to chunk_ = min(n_batch, kMaxChunk) tokens, every layer over the whole chunk
+// (cuda_hybrid_chunk.cpp: GEMMs for the projections, conv and DeltaNet recurrence over the chunk in
+// one launch each, flash attention, the experts in slot GEMVs); with PELICAN_HYBRID_CHUNK=0 (or
+// n_batch <= 8) in micro-batches of eight like the decode step. Per micro-batch:
 //   x = embd[tokens]
 //   per layer (norms zero-centred: 1 + w, fused into the GEMV prologues):
 //     DeltaNet:  in_proj GEMV [Q|K|V | z | b | a] -> conv1d_silu (rolling conv state) ->
@@ -20,7 +23,8 @@
 // The one-token step is captured once in a CUDA graph (token and position read from device
 // memory). The recurrent state cannot rewind: eval at pos0 < n_past resets it and replays the kept
 // tokens 0 .. pos0-1 (as the CPU pass does). The MTP block runs through mtp_eval (below).
-// Prompt speed is not the aim of this first version (eight tokens per weight pass); decode is.
+// The routed experts of a prompt still read one expert per (token, choice) slot: grouping the slots
+// by expert (a grouped GEMM) is the next step for prompt speed.
 #pragma once
 
 #include <cstdint>
@@ -33,14 +37,17 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gpu_model.h"
+#include "backend/cuda/deltanet.h"
 #include "backend/cuda/host_staging.h"
+#include "backend/cuda/prefill_matmul.h"
 #include "model/forward.h"
 
 namespace pelican::cuda {
 
 class CudaHybridForward final : public ForwardPass {
 public:
-    static constexpr int kMicro = 8;  // tokens per micro-batch (kMaxGemvTokens)
+    static constexpr int kMicro = 8;           // tokens per micro-batch (kMaxGemvTokens)
+    static constexpr int64_t kMaxChunk = 512;  // tokens per layer pass of a prompt (at most n_batch)
 
     // Errors: not a hybrid model's weights, bad sizes, out of GPU memory.
     static Expected<std::unique_ptr<CudaHybridForward>> create(std::shared_ptr<const GpuModel> weights,
@@ -98,9 +105,25 @@ private:
     void enqueue_micro(int n, const int32_t* ids, const int32_t* pos, bool all_rows, bool logits = true);
     void deltanet_layer(const GpuHybridLayer& L, int slot, int n);
     void attention_layer(const GpuHybridLayer& L, int slot, int n, const int32_t* pos);
-    void moe_block(const GpuHybridLayer& L, int n);
+    // chunk: a prompt chunk of up to chunk_ tokens (GEMMs through mm_ for the router, the shared
+    // expert and the dense MLP; the routed experts in expert-slot GEMVs as in a micro-batch).
+    void moe_block(const GpuHybridLayer& L, int n, bool chunk = false);
     bool fused_router_ok(const GpuHybridLayer& L) const;
-    void mlp_block(const GpuHybridLayer& L, int n);
+    void mlp_block(const GpuHybridLayer& L, int n, bool chunk = false);
+    DeltaNetStepArgs deltanet_args(const GpuHybridLayer& L, int slot, int n) const;
+    // ---- prompt chunks (cuda_hybrid_chunk.cpp): every layer over n <= chunk_ tokens at once ----
+    void enqueue_chunk(int n, const int32_t* ids, const int32_t* pos, int64_t pos0);
+    void chunk_deltanet(const GpuHybridLayer& L, int slot, int n);
+    void chunk_attention(const GpuHybridLayer& L, int slot, int n, const int32_t* pos, int64_t pos0);
+    // y [n, width] = x W^T over stacked parts (split parts through tmp_).
+    void mm_parts(const std::vector<GpuPart>& parts, const float* x, int n, float* y, int64_t width);
+    // x_ += x W^T (through tmp_).
+    void mm_residual(const GpuMatrix& w, const float* x, int n);
+    // down(silu(gate) * up) of xn_ into y [n, n_embd], or added to x_ when residual.
+    void mm_swiglu(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, int n, float* y,
+                   bool residual);
+    // The LM head (final norm) of n <= kMicro rows of x into logits_ rows 0 .. n-1.
+    void lm_head(const float* x, int n);
     // y [n, n_embd] (+ residual) = down(silu(gate) * up) of rms_norm_zc(x_) over stacked or split
     // gate/up parts (through act_, and gu_ when split).
     void swiglu_mlp(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, const float* norm, int n,
@@ -118,6 +141,7 @@ private:
     const Model& model_;
     const ModelHParams& hp_;
     const int64_t n_ctx_, n_batch_;
+    int64_t chunk_ = 0;  // tokens per layer pass of the prompt path (0: micro-batches only)
     const bool want_graph_;
     std::vector<int> kv_slot_, rec_slot_;  // [n_layer] cache / state slot of each layer (-1: none)
     int n_full_ = 0, n_linear_ = 0;
@@ -127,7 +151,10 @@ private:
     DeviceBuffer kv_k_, kv_v_, state_, scratch_, io_;
     size_t conv_floats_ = 0, ssm_floats_ = 0;  // per DeltaNet layer
     // Scratch [kMicro, ...] fp32 unless noted.
+    // Rows: M = max(kMicro, chunk_) for the activations below; logits_ and the MTP buffers kMicro.
     float* x_ = nullptr;       // [M, n_embd] residual stream
+    float* xn_ = nullptr;      // [M, n_embd] normed x (prompt chunks)
+    float* tmp_ = nullptr;     // [M, max GEMM width] GEMM outputs (prompt chunks)
     float* proj_ = nullptr;    // [M, max(w_dn_, w_at_)] in_proj / qkvg outputs
     float* conv_ = nullptr;    // [M, conv_dim]
     float* core_ = nullptr;    // [M, max(value_dim, q_dim, n_embd)] DeltaNet / attention outputs; MTP norms
@@ -149,6 +176,7 @@ private:
     StepInput* step_in_ = nullptr;
     int32_t* ids_dev_ = nullptr;  // [n_batch] prompt tokens of one eval chunk
     int32_t* pos_dev_ = nullptr;  // [n_batch / kMicro + 1] first position of each micro-batch
+    PrefillMatmul mm_;            // prompt-chunk GEMMs (cuBLAS), set up when chunk_ > 0
 
     PinnedHost step_pin_, prompt_pin_, logits_pin_;
     cudaEvent_t step_ev_[kRing] = {}, prompt_ev_ = nullptr;

@@ -34,6 +34,37 @@ void CudaHybridForward::gemv_parts(const std::vector<GpuPart>& parts, const floa
     }
 }
 
+// The DeltaNet step over n tokens of proj_ (z, b, a columns) and conv_ (Q|K|V after the conv) into
+// core_, for the state of recurrent slot `slot`.
+DeltaNetStepArgs CudaHybridForward::deltanet_args(const GpuHybridLayer& L, int slot, int n) const {
+    const HybridHParams& hy = *hp_.hybrid;
+    const DeltaNetShape& s = hy.linear;
+    const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.n_v_heads;
+    DeltaNetStepArgs d;
+    d.n_tok = n;
+    d.n_k_heads = s.n_k_heads;
+    d.n_v_heads = s.n_v_heads;
+    d.d_k = s.d_k;
+    d.d_v = s.d_v;
+    d.v_tiled = s.v_tiled;
+    d.conv_out = conv_;
+    d.conv_stride = cd;
+    d.z = proj_ + cd;
+    d.z_stride = w_dn_;
+    d.b = proj_ + cd + vd;
+    d.b_stride = w_dn_;
+    d.a = proj_ + cd + vd + nv;
+    d.a_stride = w_dn_;
+    d.a_log = L.linear.a_log;
+    d.dt_bias = L.linear.dt_bias;
+    d.norm_w = L.linear.norm;
+    d.eps = hp_.rms_eps;
+    d.state = ssm_state(slot);
+    d.out = core_;
+    d.out_stride = vd;
+    return d;
+}
+
 // PELICAN_FUSED_CONV=1: the decode step runs the conv in the in_proj GEMV's epilogue instead of
 // conv1d_silu. Off by default: measured slower on the H200 (ncu, 35B-A3B Q4_0: in_proj + conv
 // epilogue 29 us vs 13 + 2.7 us as two kernels; the epilogue's dependent state loads stall each row
@@ -49,7 +80,7 @@ static bool fused_conv_enabled() {
 void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n) {
     const HybridHParams& hy = *hp_.hybrid;
     const DeltaNetShape& s = hy.linear;
-    const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.n_v_heads;
+    const int64_t cd = s.conv_dim();
     // proj_ rows [w_dn_]: [Q|K|V (cd) | z (vd) | b (nv) | a (nv)] = W rms_norm_zc(x); conv_ = the
     // conv + SiLU of the Q|K|V columns (with PELICAN_FUSED_CONV=1 in the in_proj GEMV's epilogue).
     const std::vector<GpuPart>& parts = L.linear.in_proj;
@@ -75,29 +106,7 @@ void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n)
         gemv_parts(parts, L.attn_norm, n, proj_, w_dn_, false);
         conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
     }
-    DeltaNetStepArgs d;
-    d.n_tok = n;
-    d.n_k_heads = s.n_k_heads;
-    d.n_v_heads = s.n_v_heads;
-    d.d_k = s.d_k;
-    d.d_v = s.d_v;
-    d.v_tiled = s.v_tiled;
-    d.conv_out = conv_;
-    d.conv_stride = cd;
-    d.z = proj_ + cd;
-    d.z_stride = w_dn_;
-    d.b = proj_ + cd + vd;
-    d.b_stride = w_dn_;
-    d.a = proj_ + cd + vd + nv;
-    d.a_stride = w_dn_;
-    d.a_log = L.linear.a_log;
-    d.dt_bias = L.linear.dt_bias;
-    d.norm_w = L.linear.norm;
-    d.eps = hp_.rms_eps;
-    d.state = ssm_state(slot);
-    d.out = core_;
-    d.out_stride = vd;
-    deltanet_step(d, stream_);
+    deltanet_step(deltanet_args(L, slot, n), stream_);
     // x += W_out core
     GemvArgs o;
     o.x = core_;
@@ -153,8 +162,13 @@ void CudaHybridForward::swiglu_mlp(const std::vector<GpuPart>& gate_up, const Gp
     gemv(down, d, stream_);
 }
 
-void CudaHybridForward::mlp_block(const GpuHybridLayer& L, int n) {
-    swiglu_mlp(L.mlp.gate_up, L.mlp.down, L.ffn_norm, n, x_, x_);
+void CudaHybridForward::mlp_block(const GpuHybridLayer& L, int n, bool chunk) {
+    if (chunk) {
+        rms_norm(x_, L.ffn_norm, xn_, n, hp_.n_embd, hp_.rms_eps, /*one_plus=*/true, stream_);
+        mm_swiglu(L.mlp.gate_up, L.mlp.down, n, x_, true);
+    } else {
+        swiglu_mlp(L.mlp.gate_up, L.mlp.down, L.ffn_norm, n, x_, x_);
+    }
 }
 
 // The fused decode router (moe_router_route) takes one stacked F32 router of n_expert + 1 rows (the
@@ -168,7 +182,7 @@ bool CudaHybridForward::fused_router_ok(const GpuHybridLayer& L) const {
            reinterpret_cast<uintptr_t>(gpu_matrix_f32_rows(r)) % 16 == 0;
 }
 
-void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n) {
+void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
     const HybridHParams& hy = *hp_.hybrid;
     const int64_t E = hp_.n_embd, ff_e = hy.n_ff_expert;
     const int n_exp = hy.n_expert, k = hy.n_expert_used;
@@ -176,7 +190,11 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n) {
     // With the shared expert stacked as expert n_exp it is slot k of every token (weight sigmoid(g)).
     const bool shared_slot = L.moe.shared_in_experts;
     const int ko = shared_slot ? k + 1 : k;  // slots per token
-    if (n == 1 && fused_router_ok(L)) {      // decode: router GEMV + top-k in one kernel
+    if (chunk) {                             // prompt chunk: xn_ = rms_norm_zc(x), the router as a GEMM
+        rms_norm(x_, L.ffn_norm, xn_, n, E, hp_.rms_eps, /*one_plus=*/true, stream_);
+        mm_parts(L.moe.router, xn_, n, router_, n_exp + 1);
+        moe_route(router_, n_exp + 1, n, n_exp, k, /*renormalize=*/true, ids_, wts_, stream_, shared_slot);
+    } else if (n == 1 && fused_router_ok(L)) {  // decode: router GEMV + top-k in one kernel
         const GpuMatrix& r = L.moe.router[0].m;
         MoeRouterArgs a;
         a.x = x_;
@@ -235,7 +253,10 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n) {
     c.residual = x_;
     c.y = x_;
     if (!shared_slot) {
-        swiglu_mlp(L.moe.shared_gate_up, L.moe.shared_down, L.ffn_norm, n, sout_, nullptr);
+        if (chunk)
+            mm_swiglu(L.moe.shared_gate_up, L.moe.shared_down, n, sout_, false);
+        else
+            swiglu_mlp(L.moe.shared_gate_up, L.moe.shared_down, L.ffn_norm, n, sout_, nullptr);
         c.shared_out = sout_;
         c.shared_gate_logit = router_ + n_exp;
         c.shared_gate_stride = n_exp + 1;
@@ -298,9 +319,16 @@ void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* 
     }
     if (!logits) return;  // a prompt micro-batch before the last: nobody reads its logits
     // logits = W_out rms_norm_zc(x): the last row into logits_ row 0, or every row.
+    if (all_rows)
+        lm_head(x_, n);
+    else
+        lm_head(x_ + static_cast<int64_t>(n - 1) * E, 1);
+}
+
+void CudaHybridForward::lm_head(const float* x, int n) {
     GemvArgs h;
-    h.x = all_rows ? x_ : x_ + static_cast<int64_t>(n - 1) * E;
-    h.n_tok = all_rows ? n : 1;
+    h.x = x;
+    h.n_tok = n;
     h.norm_w = gm_->output_norm();
     h.norm_eps = hp_.rms_eps;
     h.norm_one_plus = true;
