@@ -4,7 +4,8 @@
 //     partial n_rot and mscale, k/v rows into F16 and F32 caches; nothing else is touched; the
 //     rope-table path (rope_table_build) bit-identical to the sincosf path;
 //   * attention_decode (split-KV): the streaming kernel (F16, head_dim 64/128/256: 1, 2, 4 or 8
-//     rows per CTA, several row blocks, chunk edges 63..129 and 4096, up to 32K keys) and the
+//     rows per CTA, several row blocks — smaller ones with fewer than 8 KV heads, none empty —,
+//     chunk edges 63..129 and 4096, up to 32K keys) and the
 //     rows kernel (F32, other head dims): GQA 1/2/4/8, head_dim 16..256, n_tok 1..8, caches larger
 //     than the live length, sliding window; a CUDA graph replayed at many positions; a PDL chain
 //     rope_store_kv -> attention_decode -> attention_decode captured in a graph, bit-identical
@@ -310,7 +311,9 @@ TEST(CudaAttention, DecodeMatchesReference) {
         {32, 8, 128, DType::F16, 8, 992},            // length 1000, 8-token verification
         {32, 8, 128, DType::F32, 4, 4996},           // length 5000, fp32 cache
         {32, 8, 128, DType::F16, 1, 4999, 0, 8192},  // length 5000, decode
-        {16, 2, 256, DType::F16, 2, 4998},           // Qwen3.5-like, length 5000
+        {16, 2, 256, DType::F16, 2, 4998},           // Qwen3.5-like, length 5000 (4 blocks of 4 rows)
+        {16, 2, 256, DType::F16, 1, 4095, 0, 4224},  // Qwen3.5 decode at 4K: 2 KV heads x 4 blocks of 2
+        {10, 1, 64, DType::F16, 1, 3000},            // 1 KV head, 10 rows: five blocks of 2
         {16, 2, 256, DType::F32, 1, 999},            // head 256, fp32
         {16, 2, 256, DType::F16, 8, 56},             // 64 rows per kv head: two row blocks
         {8, 1, 64, DType::F16, 5, 4995},             // MQA group 8, length 5000
@@ -356,8 +359,9 @@ TEST(CudaAttention, DecodeMatchesReference) {
         // streaming kernel (hd, rows per CTA): (64, 1/2/4/8), (128, 1/2/4/8), (256, 1/2/4/8)
         {4, 4, 64, DType::F16, 1, 199, 0, 8192},   // 1 row, many splits idle
         {16, 8, 64, DType::F16, 1, 64},            // 2 rows, length 65: two splits
-        {16, 4, 64, DType::F16, 1, 150},           // 4 rows
-        {8, 1, 64, DType::F16, 5, 295},            // 8 rows, MQA: five row blocks
+        {32, 8, 64, DType::F16, 1, 150},           // 4 rows
+        {8, 1, 64, DType::F16, 5, 295},            // 8 rows (RB 8), MQA 40 rows: eight blocks of 5
+        {10, 1, 64, DType::F16, 1, 150},           // 1 KV head, 10 rows: five blocks of 2 (none empty)
         {8, 2, 64, DType::F16, 8, 20, 4},          // window shorter than the batch
         {32, 8, 64, DType::F16, 4, 300, 77},       // window not a multiple of anything
         {8, 8, 128, DType::F16, 1, 62},            // 1 row, length 63: one split
@@ -370,8 +374,10 @@ TEST(CudaAttention, DecodeMatchesReference) {
         {32, 8, 128, DType::F16, 3, 197, 100},     // 12 rows: two blocks of 6; window
         {8, 8, 256, DType::F16, 1, 150},           // 1 row
         {16, 8, 256, DType::F16, 1, 127},          // 2 rows, length 128
-        {16, 4, 256, DType::F16, 1, 9, 3},         // 4 rows, tiny window
+        {32, 8, 256, DType::F16, 1, 9, 3},         // 4 rows, tiny window
         {16, 2, 256, DType::F16, 8, 56},           // 8 rows: eight row blocks
+        {16, 2, 256, DType::F16, 1, 150},          // Qwen3.5 decode: 2 KV heads x 4 blocks of 2 rows
+        {12, 2, 128, DType::F16, 1, 100},          // 2 KV heads, group 6: three blocks of 2
     };
     for (const AttnCase& c : test::cuda_test_small() ? small : full) run_attention(rng, c, Path::kDecode);
     const int len = test::cuda_test_size(1000, 200);

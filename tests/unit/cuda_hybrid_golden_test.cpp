@@ -1,12 +1,14 @@
-// The hybrid Qwen3.5 fixtures (tests/golden/hybrid: qwen3_5_moe, qwen3_5; see hybrid_golden_test.cpp)
+// The hybrid fixtures (tests/golden/hybrid: qwen3_5_moe, qwen3_5, qwen3_next; see hybrid_golden_test.cpp)
 // on the GPU pass (backend/cuda/cuda_hybrid_forward.h): the same bounds as on the CPU — every logit
-// within 1e-4 of transformers' (float64) relative to its row's largest logit, through micro-batched
-// prefill and through the one-token graph step, and the 32 greedy tokens identical. Also: a rewind
+// within 1e-4 of transformers' (float64) relative to its row's largest logit, through the prompt path
+// (one chunk, chunks of 64 tokens, and micro-batches of 8 with PELICAN_HYBRID_CHUNK=0) and through the
+// one-token graph step, and the 32 greedy tokens identical. Also: a rewind
 // (eval at an earlier position replays the kept prefix) gives the first run's logits again.
 // The fixtures are F32 models, so the pass keeps an F32 KV cache (as CudaForward does).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -50,19 +52,23 @@ protected:
         EXPECT_FALSE(v.empty()) << "reference.safetensors has no " << name;
         return v;
     }
-    std::unique_ptr<cuda::CudaHybridForward> pass() {
-        auto f = cuda::CudaHybridForward::create(gm_, ForwardOptions{.n_ctx = 512, .n_batch = 512});
+    // chunk false: prompts in micro-batches of 8 (PELICAN_HYBRID_CHUNK=0 at creation).
+    std::unique_ptr<cuda::CudaHybridForward> pass(int64_t n_batch = 512, bool chunk = true) {
+        if (!chunk) setenv("PELICAN_HYBRID_CHUNK", "0", 1);
+        auto f = cuda::CudaHybridForward::create(gm_, ForwardOptions{.n_ctx = 512, .n_batch = n_batch});
+        unsetenv("PELICAN_HYBRID_CHUNK");
         EXPECT_TRUE(f.ok()) << f.error().message;
         return f.ok() ? std::move(f).value() : nullptr;
     }
-    // Every token's logits: one eval with all_logits (micro-batches of 8), or token by token through
-    // the one-token step (graph) reading last_logits().
-    std::vector<float> run(const std::vector<int32_t>& toks, bool one_by_one) {
-        auto f = pass();
+    enum class Mode { kChunk, kChunk64, kMicro, kOneByOne };
+    // Every token's logits: one eval with all_logits (prompt chunks of up to 512 or of 64 tokens, or
+    // micro-batches of 8), or token by token through the one-token step (graph) reading last_logits().
+    std::vector<float> run(const std::vector<int32_t>& toks, Mode mode) {
+        auto f = mode == Mode::kChunk64 ? pass(64) : pass(512, mode != Mode::kMicro);
         if (!f) return {};
         ThreadPool pool(1);
         std::vector<float> got(toks.size() * V_);
-        if (!one_by_one) {
+        if (mode != Mode::kOneByOne) {
             auto s = f->eval(toks, 0, pool, got);
             EXPECT_TRUE(s.ok()) << s.error().message;
             return got;
@@ -95,11 +101,17 @@ TEST_P(CudaHybridGolden, LogitsMatchTransformers) {
     for (const char* seq : {"a", "b"}) {
         const auto toks = vec<int32_t>(std::string("tokens_") + seq);
         const auto want = vec<float>(std::string("logits_") + seq);
-        expect_close(run(toks, false), want, std::string("tokens_") + seq + " micro-batched prefill");
-        expect_close(run(toks, true), want, std::string("tokens_") + seq + " token by token (graph)");
+        const std::string name = std::string("tokens_") + seq;
+        expect_close(run(toks, Mode::kChunk), want, name + " prompt chunk");
+        expect_close(run(toks, Mode::kChunk64), want, name + " prompt chunks of 64");
+        expect_close(run(toks, Mode::kMicro), want, name + " micro-batched prefill");
+        expect_close(run(toks, Mode::kOneByOne), want, name + " token by token (graph)");
     }
-    expect_close(run(vec<int32_t>("greedy_prompt"), false), vec<float>("greedy_prompt_logits"),
-                 "prompt prefill");
+    const auto prompt = vec<int32_t>("greedy_prompt");
+    const auto want = vec<float>("greedy_prompt_logits");
+    expect_close(run(prompt, Mode::kChunk), want, "prompt prefill");
+    expect_close(run(prompt, Mode::kChunk64), want, "prompt prefill, chunks of 64");
+    expect_close(run(prompt, Mode::kMicro), want, "prompt prefill, micro-batches");
 }
 
 TEST_P(CudaHybridGolden, GreedyMatchesTransformers) {

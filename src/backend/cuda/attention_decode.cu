@@ -110,6 +110,7 @@ void attention_decode(const AttnArgs& a, cudaStream_t stream) {
     p.v = a.kv.v;
     p.out = a.out;
     p.rows_cta = static_cast<int>(ceil_div(rows_total, nz));
+    nz = static_cast<int>(ceil_div(rows_total, p.rows_cta));  // no empty row block (e.g. 10 rows, 8 -> 5 x 2)
     p.n_splits = n_splits;
     p.min_chunk = streaming ? attn::kStreamMinChunk : attn::kMinChunk;
     // Partials laid out for the most splits either kernel may use (fits the workspace as long as

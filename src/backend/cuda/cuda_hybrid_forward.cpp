@@ -283,8 +283,9 @@ Status CudaHybridForward::run_tokens(std::span<const int32_t> tokens, int64_t po
             PELICAN_CUDA_CHECK(cudaGraphLaunch(step_exec_, stream_));
         else
             enqueue_micro(1, &step_in_->token, &step_in_->pos, false);
-    } else if (chunk_ > 0) {
-        // Prompt chunks of up to chunk_ tokens, every layer over the whole chunk (cuda_hybrid_chunk.cpp).
+    } else if (chunk_ > 0 && n > kMicro) {
+        // Prompt chunks of up to chunk_ tokens, every layer over the whole chunk (cuda_hybrid_chunk.cpp);
+        // a few tokens (e.g. a chat turn's suffix) stay in one GEMV micro-batch below.
         const int64_t E = hp_.n_embd;
         const bool rows = !all_logits.empty();
         for (int64_t c0 = 0; c0 < n; c0 += chunk_) {

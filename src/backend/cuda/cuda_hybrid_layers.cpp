@@ -221,10 +221,14 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
     // Expert slots: slot t * ko + j is token t's j-th expert (x of token t = slot / ko): their SwiGLU.
     const int slots = n * ko;
     GemvArgs g;
-    g.x = x_;
-    g.norm_w = L.ffn_norm;
-    g.norm_eps = hp_.rms_eps;
-    g.norm_one_plus = true;
+    if (chunk) {  // xn_ holds rms_norm_zc(x) already
+        g.x = xn_;
+    } else {
+        g.x = x_;
+        g.norm_w = L.ffn_norm;
+        g.norm_eps = hp_.rms_eps;
+        g.norm_one_plus = true;
+    }
     g.glu = true;
     g.expert_ids = ids_;
     g.n_expert_slots = slots;
