@@ -1,7 +1,7 @@
 // The hybrid fixtures (tests/golden/hybrid: qwen3_5_moe, qwen3_5, qwen3_next; see hybrid_golden_test.cpp)
 // on the GPU pass (backend/cuda/cuda_hybrid_forward.h): the same bounds as on the CPU — every logit
 // within 1e-4 of transformers' (float64) relative to its row's largest logit, through the prompt path
-// (one chunk, chunks of 64 tokens, and micro-batches of 8 with PELICAN_HYBRID_CHUNK=0) and through the
+// (one chunk with grouped experts, chunks of 64 tokens with slot-wise experts, micro-batches of 8) and the
 // one-token graph step, and the 32 greedy tokens identical. Also: a rewind
 // (eval at an earlier position replays the kept prefix) gives the first run's logits again.
 // The fixtures are F32 models, so the pass keeps an F32 KV cache (as CudaForward does).
@@ -53,18 +53,23 @@ protected:
         return v;
     }
     // chunk false: prompts in micro-batches of 8 (PELICAN_HYBRID_CHUNK=0 at creation).
-    std::unique_ptr<cuda::CudaHybridForward> pass(int64_t n_batch = 512, bool chunk = true) {
+    // grouped false: the chunk's experts slot by slot (PELICAN_MOE_GROUPED=0).
+    std::unique_ptr<cuda::CudaHybridForward> pass(int64_t n_batch = 512, bool chunk = true,
+                                                  bool grouped = true) {
         if (!chunk) setenv("PELICAN_HYBRID_CHUNK", "0", 1);
+        if (!grouped) setenv("PELICAN_MOE_GROUPED", "0", 1);
         auto f = cuda::CudaHybridForward::create(gm_, ForwardOptions{.n_ctx = 512, .n_batch = n_batch});
         unsetenv("PELICAN_HYBRID_CHUNK");
+        unsetenv("PELICAN_MOE_GROUPED");
         EXPECT_TRUE(f.ok()) << f.error().message;
         return f.ok() ? std::move(f).value() : nullptr;
     }
     enum class Mode { kChunk, kChunk64, kMicro, kOneByOne };
-    // Every token's logits: one eval with all_logits (prompt chunks of up to 512 or of 64 tokens, or
-    // micro-batches of 8), or token by token through the one-token step (graph) reading last_logits().
+    // Every token's logits: one eval with all_logits (prompt chunks of up to 512 tokens with grouped
+    // experts, chunks of 64 with slot-wise experts, or micro-batches of 8), or token by token through
+    // the one-token step (graph) reading last_logits().
     std::vector<float> run(const std::vector<int32_t>& toks, Mode mode) {
-        auto f = mode == Mode::kChunk64 ? pass(64) : pass(512, mode != Mode::kMicro);
+        auto f = mode == Mode::kChunk64 ? pass(64, true, false) : pass(512, mode != Mode::kMicro);
         if (!f) return {};
         ThreadPool pool(1);
         std::vector<float> got(toks.size() * V_);

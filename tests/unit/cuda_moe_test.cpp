@@ -707,6 +707,159 @@ TEST(CudaMoe, ExpertGemvMatchesPerExpertGemv) {
     run_expert_case(rng, many);
 }
 
+// Grouped experts (prompt chunks): moe_group_slots puts every slot in exactly one row of a group of
+// its expert (group_expert, row_slot, slot_row consistent); the expert GEMVs with 8 token rows per
+// group on gathered rows (moe_gather_rows) give each slot what the one-token expert-slot GEMV gives
+// (same activation rounding, another summation order: within 1e-5 of the row's scale); moe_combine
+// through slot_row equals the slot-wise combine on the same values.
+TEST(CudaMoe, GroupedExpertsMatchSlots) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    for (DType t : {DType::Q4_0, DType::Q4_K, DType::F32}) {
+        SCOPED_TRACE(dtype_name(t));
+        const int n_exp = 17, n_tok = 37, ko = 3, slots = n_tok * ko;
+        const int64_t n_in = 256, ff = 64;
+        const test::RandomMatrix gu = test::random_matrix(rng, t, n_in, n_exp * 2 * ff, true),
+                                 dn = test::random_matrix(rng, t, ff, n_exp * n_in, true);
+        const cuda::GpuMatrix mgu = upload_rows(gu, 0, gu.n_out), mdn = upload_rows(dn, 0, dn.n_out);
+        std::vector<int32_t> ids(static_cast<size_t>(slots));
+        for (auto& id : ids) id = static_cast<int32_t>(rng.index(n_exp));
+        ids[0] = ids[1] = ids[2] = 4;  // a popular expert (several groups)
+        for (int i = 3; i < 30; ++i) ids[static_cast<size_t>(i)] = 4;
+        const std::vector<float> x = test::random_vec(rng, n_tok * n_in);
+        const int groups = cuda::moe_group_max_groups(slots, n_exp);
+        const int64_t rows = static_cast<int64_t>(groups) * cuda::kMoeGroupRows;
+        DeviceBuffer dids = to_device(ids), dx = to_device(x),
+                     dge = to_device(std::vector<int32_t>(groups, 99)),
+                     dsr = to_device(std::vector<int32_t>(slots, 99)),
+                     drs = to_device(std::vector<int32_t>(static_cast<size_t>(rows), 99)),
+                     dxg = to_device(std::vector<float>(static_cast<size_t>(rows * n_in), NAN)),
+                     dag = to_device(std::vector<float>(static_cast<size_t>(rows * ff), NAN)),
+                     dog = to_device(std::vector<float>(static_cast<size_t>(rows * n_in), NAN)),
+                     das = to_device(std::vector<float>(static_cast<size_t>(slots * ff), NAN)),
+                     dos = to_device(std::vector<float>(static_cast<size_t>(slots * n_in), NAN));
+        cuda::MoeGroupArgs ga;
+        ga.ids = dids.as<int32_t>();
+        ga.n_slots = slots;
+        ga.n_experts = n_exp;
+        ga.max_groups = groups;
+        ga.group_expert = dge.as<int32_t>();
+        ga.slot_row = dsr.as<int32_t>();
+        ga.row_slot = drs.as<int32_t>();
+        cuda::moe_group_slots(ga, nullptr);
+        cuda::moe_gather_rows(dx.as<float>(), n_in, ko, drs.as<int32_t>(), rows, dxg.as<float>(), nullptr);
+        cuda::GemvArgs g;
+        g.x = dxg.as<float>();
+        g.n_tok = cuda::kMoeGroupRows;
+        g.glu = true;
+        g.expert_ids = dge.as<int32_t>();
+        g.n_expert_slots = groups;
+        g.expert_rows = 2 * ff;
+        g.x_slot_stride = cuda::kMoeGroupRows * n_in;
+        g.y = dag.as<float>();
+        g.y_slot_stride = cuda::kMoeGroupRows * ff;
+        g.skip_negative_ids = true;
+        cuda::gemv(mgu, g, nullptr);
+        cuda::GemvArgs d;
+        d.x = dag.as<float>();
+        d.n_tok = cuda::kMoeGroupRows;
+        d.expert_ids = dge.as<int32_t>();
+        d.n_expert_slots = groups;
+        d.expert_rows = n_in;
+        d.x_slot_stride = cuda::kMoeGroupRows * ff;
+        d.y = dog.as<float>();
+        d.y_slot_stride = cuda::kMoeGroupRows * n_in;
+        d.skip_negative_ids = true;
+        cuda::gemv(mdn, d, nullptr);
+        // Slot-wise reference on the GPU.
+        cuda::GemvArgs gs;
+        gs.x = dx.as<float>();
+        gs.glu = true;
+        gs.expert_ids = dids.as<int32_t>();
+        gs.n_expert_slots = slots;
+        gs.expert_rows = 2 * ff;
+        gs.x_slot_stride = n_in;
+        gs.x_slot_div = ko;
+        gs.y = das.as<float>();
+        cuda::gemv(mgu, gs, nullptr);
+        cuda::GemvArgs ds;
+        ds.x = das.as<float>();
+        ds.expert_ids = dids.as<int32_t>();
+        ds.n_expert_slots = slots;
+        ds.expert_rows = n_in;
+        ds.x_slot_stride = ff;
+        ds.y = dos.as<float>();
+        cuda::gemv(mdn, ds, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+        const auto ge = from_device<int32_t>(dge.get(), static_cast<size_t>(groups));
+        const auto sr = from_device<int32_t>(dsr.get(), static_cast<size_t>(slots));
+        const auto rs = from_device<int32_t>(drs.get(), static_cast<size_t>(rows));
+        std::vector<int> seen(static_cast<size_t>(rows), 0);
+        for (int s2 = 0; s2 < slots; ++s2) {
+            const int r = sr[static_cast<size_t>(s2)];
+            ASSERT_TRUE(r >= 0 && r < rows) << "slot " << s2;
+            EXPECT_EQ(rs[static_cast<size_t>(r)], s2) << "row " << r;
+            EXPECT_EQ(ge[static_cast<size_t>(r / cuda::kMoeGroupRows)], ids[static_cast<size_t>(s2)])
+                << "slot " << s2;
+            ++seen[static_cast<size_t>(r)];
+        }
+        for (int64_t r = 0; r < rows; ++r)
+            EXPECT_EQ(seen[static_cast<size_t>(r)], rs[static_cast<size_t>(r)] >= 0 ? 1 : 0) << "row " << r;
+        int used = 0;
+        for (int32_t e : ge) used += e >= 0;
+        EXPECT_LE(used, slots / cuda::kMoeGroupRows + n_exp);
+
+        const auto og = from_device<float>(dog.get(), static_cast<size_t>(rows * n_in));
+        const auto os = from_device<float>(dos.get(), static_cast<size_t>(slots * n_in));
+        int bad = 0;
+        for (int s2 = 0; s2 < slots; ++s2) {
+            double mag = 0.0;
+            for (int64_t i = 0; i < n_in; ++i)
+                mag = std::max(mag, std::fabs(static_cast<double>(os[s2 * n_in + i])));
+            const int64_t r = sr[static_cast<size_t>(s2)];
+            for (int64_t i = 0; i < n_in; ++i) {
+                const double a = og[static_cast<size_t>(r * n_in + i)],
+                             b = os[static_cast<size_t>(s2 * n_in + i)];
+                if (!(std::fabs(a - b) <= 1e-5 * mag + 1e-30) && bad++ < 5)
+                    ADD_FAILURE() << "slot " << s2 << " element " << i << ": grouped " << a << " slot-wise "
+                                  << b;
+            }
+        }
+        EXPECT_EQ(bad, 0);
+
+        // The combine through slot_row equals the slot-wise combine on the grouped values.
+        std::vector<float> osr(static_cast<size_t>(slots * n_in));
+        for (int s2 = 0; s2 < slots; ++s2)
+            std::copy_n(og.begin() + sr[static_cast<size_t>(s2)] * n_in, n_in, osr.begin() + s2 * n_in);
+        const std::vector<float> w = test::random_vec(rng, slots), res = test::random_vec(rng, n_tok * n_in);
+        DeviceBuffer dw = to_device(w), dres = to_device(res), dosr = to_device(osr),
+                     y1 = to_device(std::vector<float>(static_cast<size_t>(n_tok * n_in), NAN)),
+                     y2 = to_device(std::vector<float>(static_cast<size_t>(n_tok * n_in), NAN));
+        cuda::MoeCombineArgs c;
+        c.n_tok = n_tok;
+        c.n_embd = n_in;
+        c.k = ko;
+        c.weights = dw.as<float>();
+        c.residual = dres.as<float>();
+        c.expert_out = dog.as<float>();
+        c.slot_row = dsr.as<int32_t>();
+        c.y = y1.as<float>();
+        cuda::moe_combine(c, nullptr);
+        c.expert_out = dosr.as<float>();
+        c.slot_row = nullptr;
+        c.y = y2.as<float>();
+        cuda::moe_combine(c, nullptr);
+        size_t first = 0;
+        EXPECT_TRUE(same_bits(from_device<float>(y1.get(), static_cast<size_t>(n_tok * n_in)),
+                              from_device<float>(y2.get(), static_cast<size_t>(n_tok * n_in)), &first))
+            << "element " << first;
+        cuda::GpuMatrix a = mgu, b = mdn;
+        cuda::free_matrix(a);
+        cuda::free_matrix(b);
+    }
+}
+
 TEST(CudaMoe, ExpertGemvBadIdsReadExpertZero) {
     SKIP_WITHOUT_GPU();
     Rng rng;

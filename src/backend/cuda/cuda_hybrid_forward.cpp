@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gpu_upload.h"
 #include "backend/cuda/host_staging.h"
+#include "backend/cuda/moe.h"
 #include "core/format_bytes.h"
 #include "model/hybrid_hparams.h"
 #include "model/model.h"
@@ -118,6 +119,15 @@ Status CudaHybridForward::init() {
                  o_mcat = c.add(has_mtp() ? ML * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? ML * E * f : 0),
                  o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)),
                  o_xn = c.add(chunk_ > 0 ? M * E * f : 0), o_tmp = c.add(chunk_ > 0 ? M * tmp_w * f : 0);
+    // Grouped experts (prompt chunks of a MoE model): PELICAN_MOE_GROUPED=0 keeps slot-wise GEMVs.
+    const char* ge = std::getenv("PELICAN_MOE_GROUPED");
+    grouped_ = chunk_ > 0 && hy.moe && !(ge && ge[0] == '0');
+    const size_t groups =
+        grouped_ ? static_cast<size_t>(moe_group_max_groups(static_cast<int>(M) * k, hy.n_expert + 1)) : 0;
+    const size_t g_rows = groups * kMoeGroupRows;
+    const size_t o_gexp = c.add(groups * 4), o_srow = c.add(grouped_ ? M * k * 4 : 0),
+                 o_rslot = c.add(g_rows * 4), o_xg = c.add(g_rows * E * f),
+                 o_eactg = c.add(g_rows * ff_e * f), o_eoutg = c.add(g_rows * E * f);
     scratch_ = DeviceBuffer(c.total());
     if (!scratch_.ok())
         return make_error("GPU scratch ({}) does not fit in GPU memory ({})", human_bytes(c.total()),
@@ -142,6 +152,14 @@ Status CudaHybridForward::init() {
     if (chunk_ > 0) {
         xn_ = at(o_xn);
         tmp_ = at(o_tmp);
+    }
+    if (grouped_) {
+        group_expert_ = reinterpret_cast<int32_t*>(base + o_gexp);
+        slot_row_ = reinterpret_cast<int32_t*>(base + o_srow);
+        row_slot_ = reinterpret_cast<int32_t*>(base + o_rslot);
+        xg_ = at(o_xg);
+        eactg_ = at(o_eactg);
+        eoutg_ = at(o_eoutg);
     }
     if (has_mtp()) {
         mtp_cat_ = at(o_mcat);

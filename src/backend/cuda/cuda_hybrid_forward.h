@@ -109,6 +109,10 @@ private:
     // expert and the dense MLP; the routed experts in expert-slot GEMVs as in a micro-batch).
     void moe_block(const GpuHybridLayer& L, int n, bool chunk = false);
     bool fused_router_ok(const GpuHybridLayer& L) const;
+    // The routed experts of n tokens x ko slots: slot-wise GEMVs (eact_, eout_), or for prompt chunks
+    // grouped by expert (xg_, eactg_, eoutg_; slot s at row slot_row_[s]).
+    void moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk);
+    void moe_grouped_experts(const GpuHybridLayer& L, int n, int ko);
     void mlp_block(const GpuHybridLayer& L, int n, bool chunk = false);
     DeltaNetStepArgs deltanet_args(const GpuHybridLayer& L, int slot, int n) const;
     // ---- prompt chunks (cuda_hybrid_chunk.cpp): every layer over n <= chunk_ tokens at once ----
@@ -177,6 +181,15 @@ private:
     int32_t* ids_dev_ = nullptr;  // [n_batch] prompt tokens of one eval chunk
     int32_t* pos_dev_ = nullptr;  // [n_batch / kMicro + 1] first position of each micro-batch
     PrefillMatmul mm_;            // prompt-chunk GEMMs (cuBLAS), set up when chunk_ > 0
+    // Grouped experts of a prompt chunk (chunk_ > 0, MoE; PELICAN_MOE_GROUPED=0: off): groups of
+    // kMoeGroupRows rows, at most moe_group_max_groups(M * (k + 1), n_expert + 1) of them.
+    bool grouped_ = false;
+    int32_t* group_expert_ = nullptr;  // [groups]
+    int32_t* slot_row_ = nullptr;      // [M * (k + 1)]
+    int32_t* row_slot_ = nullptr;      // [groups * 8]
+    float* xg_ = nullptr;              // [groups * 8, n_embd] gathered normed rows
+    float* eactg_ = nullptr;           // [groups * 8, n_ff_expert]
+    float* eoutg_ = nullptr;           // [groups * 8, n_embd]
 
     PinnedHost step_pin_, prompt_pin_, logits_pin_;
     cudaEvent_t step_ev_[kRing] = {}, prompt_ev_ = nullptr;

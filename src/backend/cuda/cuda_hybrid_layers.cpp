@@ -184,7 +184,7 @@ bool CudaHybridForward::fused_router_ok(const GpuHybridLayer& L) const {
 
 void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
     const HybridHParams& hy = *hp_.hybrid;
-    const int64_t E = hp_.n_embd, ff_e = hy.n_ff_expert;
+    const int64_t E = hp_.n_embd;
     const int n_exp = hy.n_expert, k = hy.n_expert_used;
     // router_ rows [n_exp + 1]: expert logits, then the shared expert's gate logit.
     // With the shared expert stacked as expert n_exp it is slot k of every token (weight sigmoid(g)).
@@ -219,6 +219,38 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
         moe_route(router_, n_exp + 1, n, n_exp, k, /*renormalize=*/true, ids_, wts_, stream_, shared_slot);
     }
     // Expert slots: slot t * ko + j is token t's j-th expert (x of token t = slot / ko): their SwiGLU.
+    MoeCombineArgs c;
+    if (chunk && grouped_) {
+        moe_grouped_experts(L, n, ko);
+        c.expert_out = eoutg_;
+        c.slot_row = slot_row_;
+    } else {
+        moe_slot_experts(L, n, ko, chunk);
+        c.expert_out = eout_;
+    }
+    // x += sum_j w_j y_j over the slots [+ sigmoid(shared gate) * shared expert, run on its own].
+    c.n_tok = n;
+    c.n_embd = E;
+    c.k = ko;
+    c.weights = wts_;
+    c.residual = x_;
+    c.y = x_;
+    if (!shared_slot) {
+        if (chunk)
+            mm_swiglu(L.moe.shared_gate_up, L.moe.shared_down, n, sout_, false);
+        else
+            swiglu_mlp(L.moe.shared_gate_up, L.moe.shared_down, L.ffn_norm, n, sout_, nullptr);
+        c.shared_out = sout_;
+        c.shared_gate_logit = router_ + n_exp;
+        c.shared_gate_stride = n_exp + 1;
+    }
+    moe_combine(c, stream_);
+}
+
+// One expert-slot GEMV pair over n tokens x ko slots (eact_, eout_ rows = slots).
+void CudaHybridForward::moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk) {
+    const HybridHParams& hy = *hp_.hybrid;
+    const int64_t E = hp_.n_embd, ff_e = hy.n_ff_expert;
     const int slots = n * ko;
     GemvArgs g;
     if (chunk) {  // xn_ holds rms_norm_zc(x) already
@@ -247,25 +279,50 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
     d.y = eout_;
     d.y_slot_stride = E;
     gemv(L.moe.experts_down, d, stream_);
-    // x += sum_j w_j y_j over the slots [+ sigmoid(shared gate) * shared expert, run on its own].
-    MoeCombineArgs c;
-    c.n_tok = n;
-    c.n_embd = E;
-    c.k = ko;
-    c.weights = wts_;
-    c.expert_out = eout_;
-    c.residual = x_;
-    c.y = x_;
-    if (!shared_slot) {
-        if (chunk)
-            mm_swiglu(L.moe.shared_gate_up, L.moe.shared_down, n, sout_, false);
-        else
-            swiglu_mlp(L.moe.shared_gate_up, L.moe.shared_down, L.ffn_norm, n, sout_, nullptr);
-        c.shared_out = sout_;
-        c.shared_gate_logit = router_ + n_exp;
-        c.shared_gate_stride = n_exp + 1;
-    }
-    moe_combine(c, stream_);
+}
+
+// Prompt chunks: the n x ko slots grouped by expert (moe_group_slots), the normed rows gathered per
+// group (xg_), then the expert GEMVs with 8 token rows per group, each chosen expert read once per
+// group: eactg_, eoutg_ rows = groups x 8 (slot s at row slot_row_[s]).
+void CudaHybridForward::moe_grouped_experts(const GpuHybridLayer& L, int n, int ko) {
+    const HybridHParams& hy = *hp_.hybrid;
+    const int64_t E = hp_.n_embd, ff_e = hy.n_ff_expert;
+    const int slots = n * ko, n_ids = hy.n_expert + (L.moe.shared_in_experts ? 1 : 0);
+    const int groups = moe_group_max_groups(slots, n_ids);
+    const int64_t rows = static_cast<int64_t>(groups) * kMoeGroupRows;
+    MoeGroupArgs ga;
+    ga.ids = ids_;
+    ga.n_slots = slots;
+    ga.n_experts = n_ids;
+    ga.max_groups = groups;
+    ga.group_expert = group_expert_;
+    ga.slot_row = slot_row_;
+    ga.row_slot = row_slot_;
+    moe_group_slots(ga, stream_);
+    moe_gather_rows(xn_, E, ko, row_slot_, rows, xg_, stream_);
+    GemvArgs g;
+    g.x = xg_;
+    g.n_tok = kMoeGroupRows;
+    g.glu = true;
+    g.expert_ids = group_expert_;
+    g.n_expert_slots = groups;
+    g.expert_rows = 2 * ff_e;
+    g.x_slot_stride = kMoeGroupRows * E;
+    g.y = eactg_;
+    g.y_slot_stride = kMoeGroupRows * ff_e;
+    g.skip_negative_ids = true;
+    gemv(L.moe.experts_gate_up, g, stream_);
+    GemvArgs d;
+    d.x = eactg_;
+    d.n_tok = kMoeGroupRows;
+    d.expert_ids = group_expert_;
+    d.n_expert_slots = groups;
+    d.expert_rows = E;
+    d.x_slot_stride = kMoeGroupRows * ff_e;
+    d.y = eoutg_;
+    d.y_slot_stride = kMoeGroupRows * E;
+    d.skip_negative_ids = true;
+    gemv(L.moe.experts_down, d, stream_);
 }
 
 // MTP rows (cuda_hybrid_forward.h mtp_eval): x = fc([norm_embd(embd[ids]) | norm_hidden(mtp_hidden_)]),

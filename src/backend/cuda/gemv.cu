@@ -126,7 +126,7 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
     if (expert) {
         if (a.n_expert_slots < 0 || a.n_expert_slots > 65535) gemv_fail("n_expert_slots must be 0 .. 65535");
         if (a.expert_ids == nullptr) gemv_fail("expert slots need expert_ids");
-        if (a.n_tok != 1) gemv_fail("expert slots need n_tok = 1");
+        if (a.n_tok != 1 && a.n_tok != 8) gemv_fail("expert slots need n_tok = 1 (or 8: grouped experts)");
         if (a.bias != nullptr) gemv_fail("expert slots take no bias");
         if (a.expert_rows <= 0 || m.n_out % a.expert_rows != 0)
             gemv_fail("expert_rows must divide n_out (experts stacked)");
@@ -179,6 +179,7 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
         p.x_slot_stride = a.x_slot_stride;
         p.x_slot_div = a.x_slot_div;
         p.y_slot_stride = a.y_slot_stride ? a.y_slot_stride : width;
+        p.skip_negative_ids = a.skip_negative_ids;
     }
 
     if (a.conv_w != nullptr) {
@@ -201,6 +202,8 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
     }
     const int64_t fit = kGemvMaxSmem / tok_bytes;  // tokens per launch
     if (fit < 1) gemv_fail("n_in too large for the shared-memory activations");
+    if (expert && a.n_tok > 1 && fit < a.n_tok)
+        gemv_fail("grouped experts: 8 token rows do not fit shared memory");
 
     for (int t0 = 0; t0 < a.n_tok;) {
         int nt = a.n_tok - t0;

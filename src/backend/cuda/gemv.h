@@ -46,7 +46,7 @@ struct GemvArgs {
     // experts stacked: expert e's rows at e * expert_rows .. (e + 1) * expert_rows - 1 (with glu,
     // each expert's block is [gate; up], n_half = expert_rows / 2 inside the block). For every
     // slot s < n_expert_slots the call computes, with the options above (norm, scale, glu,
-    // residual; no bias), y_s = W_{expert_ids[s]} x_s for one token (n_tok must be 1), where
+    // residual; no bias), y_s = W_{expert_ids[s]} x_s for one token (n_tok 1; or 8, below), where
     //   x_s = x + (s / x_slot_div) * x_slot_stride       (x_slot_stride 0: every slot reads x),
     //   y_s = y + s * y_slot_stride, residual_s = residual + s * y_slot_stride.
     // Decode gate/up (k experts of one token): x_slot_stride 0, y_slot_stride n_ff; down:
@@ -71,6 +71,10 @@ struct GemvArgs {
     int64_t x_slot_stride = 0;            // floats
     int x_slot_div = 1;                   // slots per x row (>= 1)
     int64_t y_slot_stride = 0;            // floats; 0 = output width (dense slots)
+    // Grouped experts (prompts): n_tok 8 with expert slots: each slot is a group of 8 token rows of
+    // one expert (x_s rows x_stride apart, y_s rows y_stride apart). skip_negative_ids: a slot whose
+    // id is negative computes nothing (unused groups of a device-side grouping).
+    bool skip_negative_ids = false;
 };
 
 // Launches the GEMV (graph-capturable: no allocation, no host synchronisation). x, norm_w, bias

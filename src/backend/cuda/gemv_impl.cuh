@@ -174,6 +174,15 @@ template <class T, int NT>
 void gemv_launch_nt(const GemvParams& p, int policy, int pf_mode, size_t smem, cudaStream_t stream) {
     constexpr int R1 = gemv_rows_per_warp(NT, false), R2 = gemv_rows_per_warp(NT, true);
     constexpr int U1 = T::kBatch / R1 > 0 ? T::kBatch / R1 : 1, U2 = T::kBatch / R2 > 0 ? T::kBatch / R2 : 1;
+    if constexpr (NT == 8) {  // grouped experts: 8 token rows per expert slot
+        if (p.n_expert_slots > 0) {
+            if (p.glu)
+                gemv_launch<T, NT, R2, U2, 1, true>(p, R2 / 2, policy, pf_mode, smem, stream);
+            else
+                gemv_launch<T, NT, R1, U1, 1, true>(p, R1, policy, pf_mode, smem, stream);
+            return;
+        }
+    }
     if (p.glu)
         gemv_launch<T, NT, R2, U2, 1>(p, R2 / 2, policy, pf_mode, smem, stream);
     else
@@ -212,6 +221,10 @@ void gemv_prepare_nt(int dev) {
     constexpr int U1 = T::kBatch / R1 > 0 ? T::kBatch / R1 : 1, U2 = T::kBatch / R2 > 0 ? T::kBatch / R2 : 1;
     gemv_kernel_attr<T, NT, R1, U1, 1, false>(dev);
     gemv_kernel_attr<T, NT, R2, U2, 1, false>(dev);
+    if constexpr (NT == 8) {
+        gemv_kernel_attr<T, NT, R1, U1, 1, true>(dev);
+        gemv_kernel_attr<T, NT, R2, U2, 1, true>(dev);
+    }
 }
 
 // Sets the attributes of every kernel of the type on the current device.

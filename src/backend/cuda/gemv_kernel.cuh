@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
     // Expert slots (E): the weight rows of this CTA's expert start at row_base (set after the PDL
     // wait); x_e, y_e and res_e are this slot's x, y and residual. Otherwise row_base = 0 and the
     // kernel uses p's pointers.
-    static_assert(!E || NT == 1, "expert slots take one token");
+    static_assert(!E || NT == 1 || NT == 8, "expert slots take one token, or groups of 8 (grouped experts)");
     int64_t row_base = 0;
     const float* x_e = nullptr;
     float* y_e = nullptr;
@@ -367,6 +367,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
         pdl_wait();
         const int slot = static_cast<int>(blockIdx.y);
         int e = p.expert_ids[slot];
+        if (e < 0 && p.skip_negative_ids) return;  // an unused group (uniform over the CTA)
         if (e < 0 || e >= p.n_experts) e = 0;
         row_base = static_cast<int64_t>(e) * p.expert_rows;
         x_e = p.x + static_cast<int64_t>(slot / p.x_slot_div) * p.x_slot_stride;

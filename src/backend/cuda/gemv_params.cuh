@@ -185,6 +185,7 @@ struct GemvParams {
     int64_t x_slot_stride = 0;
     int x_slot_div = 1;
     int64_t y_slot_stride = 0;
+    bool skip_negative_ids = false;  // a negative id: the CTA does nothing (grouped experts)
     // Conv epilogue (GemvArgs::conv_*; NT = 1 plain kernels only; conv_w nullptr: off).
     const float* conv_w = nullptr;
     float* conv_state = nullptr;

@@ -73,8 +73,9 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(const Comb
             }
             for (int j = 0; j < a.k; ++j) {
                 const float w = __ldg(wt + j);
-                const float4 e = __ldg(
-                    reinterpret_cast<const float4*>(a.expert_out + (t * a.k + j) * a.expert_stride) + i);
+                const int64_t row = a.slot_row ? a.slot_row[t * a.k + j] : t * a.k + j;
+                const float4 e =
+                    __ldg(reinterpret_cast<const float4*>(a.expert_out + row * a.expert_stride) + i);
                 acc.x = fmaf(w, e.x, acc.x);
                 acc.y = fmaf(w, e.y, acc.y);
                 acc.z = fmaf(w, e.z, acc.z);
@@ -90,8 +91,10 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(const Comb
             reinterpret_cast<float4*>(a.y + t * a.y_stride)[i] = acc;
         } else {
             float acc = a.shared_out ? sg * __ldg(a.shared_out + t * a.shared_stride + i) : 0.0f;
-            for (int j = 0; j < a.k; ++j)
-                acc = fmaf(__ldg(wt + j), __ldg(a.expert_out + (t * a.k + j) * a.expert_stride + i), acc);
+            for (int j = 0; j < a.k; ++j) {
+                const int64_t row = a.slot_row ? a.slot_row[t * a.k + j] : t * a.k + j;
+                acc = fmaf(__ldg(wt + j), __ldg(a.expert_out + row * a.expert_stride + i), acc);
+            }
             if (a.residual) acc = a.residual[t * a.residual_stride + i] + acc;
             a.y[t * a.y_stride + i] = acc;
         }

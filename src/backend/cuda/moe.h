@@ -62,6 +62,29 @@ struct MoeRouterArgs {
 void moe_router_route(const MoeRouterArgs& a, cudaStream_t stream);
 bool moe_router_fused_enabled();
 
+// Grouped experts (prompt chunks): the n_slots (token, choice) slots with ids[s] in [0, n_experts)
+// (moe_route's output; the shared expert's id n_expert counts as one more expert) sorted into groups
+// of kMoeGroupRows rows of one expert: group_expert[g] = the group's expert or -1 (unused group),
+// row_slot[g * kMoeGroupRows + i] = the slot in that row or -1 (empty row), slot_row[s] = the row of
+// slot s. max_groups >= moe_group_max_groups(n_slots, n_experts) (each expert's last group may be
+// partly empty). One CTA (graph-capturable, PDL launch). The expert GEMVs then run with n_tok 8 and
+// skip_negative_ids over max_groups slots (gemv.h), on rows gathered by moe_gather_rows.
+inline constexpr int kMoeGroupRows = 8;
+struct MoeGroupArgs {
+    const int32_t* ids = nullptr;  // [n_slots]
+    int n_slots = 0;
+    int n_experts = 0;  // ids are < n_experts (<= kMoeMaxExperts + 1)
+    int max_groups = 0;
+    int32_t* group_expert = nullptr;  // [max_groups]
+    int32_t* slot_row = nullptr;      // [n_slots]
+    int32_t* row_slot = nullptr;      // [max_groups * kMoeGroupRows]
+};
+int moe_group_max_groups(int n_slots, int n_experts);
+void moe_group_slots(const MoeGroupArgs& a, cudaStream_t stream);
+// y [n_rows, n] row r = x row (row_slot[r] / x_div) (x rows n floats apart), zeros where row_slot[r] < 0.
+void moe_gather_rows(const float* x, int64_t n, int x_div, const int32_t* row_slot, int64_t n_rows, float* y,
+                     cudaStream_t stream);
+
 // Closes the MoE block:
 //   y[t, i] = residual[t, i] + sigmoid(shared_gate_logit[t]) * shared_out[t, i]
 //             + sum_{j < k} weights[t * k + j] * expert_out[t * k + j, i]
@@ -77,7 +100,10 @@ struct MoeCombineArgs {
     int k = 0;                          // experts per token (0: none)
     const float* expert_out = nullptr;  // [n_tok * k, n_embd] (the expert slots' y), device
     int64_t expert_stride = 0;
-    const float* weights = nullptr;     // [n_tok, k] (moe_route's), device
+    const float* weights = nullptr;  // [n_tok, k] (moe_route's), device
+    // Grouped experts: expert_out row of slot t * k + j is slot_row[t * k + j] (moe_group_slots)
+    // instead of t * k + j; nullptr: the slot itself.
+    const int32_t* slot_row = nullptr;
     const float* shared_out = nullptr;  // [n_tok, n_embd] or nullptr
     int64_t shared_stride = 0;
     const float* shared_gate_logit = nullptr;  // see above, or nullptr
