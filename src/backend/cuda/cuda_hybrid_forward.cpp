@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/gpu_upload.h"
 #include "backend/cuda/host_staging.h"
 #include "backend/cuda/moe.h"
@@ -122,6 +123,12 @@ Status CudaHybridForward::init() {
     // Grouped experts (prompt chunks of a MoE model): PELICAN_MOE_GROUPED=0 keeps slot-wise GEMVs.
     const char* ge = std::getenv("PELICAN_MOE_GROUPED");
     grouped_ = chunk_ > 0 && hy.moe && !(ge && ge[0] == '0');
+    for (int il = 0; grouped_ && il < hp_.n_layer; ++il) {  // 8 token rows must fit the GEMV's shared memory
+        const GpuMoe& mo = gm_->hybrid_layer(il).moe;
+        if (mo.experts_gate_up.data && (gemv_max_tokens(mo.experts_gate_up) < kMoeGroupRows ||
+                                        gemv_max_tokens(mo.experts_down) < kMoeGroupRows))
+            grouped_ = false;
+    }
     const size_t groups =
         grouped_ ? static_cast<size_t>(moe_group_max_groups(static_cast<int>(M) * k, hy.n_expert + 1)) : 0;
     const size_t g_rows = groups * kMoeGroupRows;

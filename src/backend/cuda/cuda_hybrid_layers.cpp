@@ -299,7 +299,7 @@ void CudaHybridForward::moe_grouped_experts(const GpuHybridLayer& L, int n, int 
     ga.slot_row = slot_row_;
     ga.row_slot = row_slot_;
     moe_group_slots(ga, stream_);
-    moe_gather_rows(xn_, E, ko, row_slot_, rows, xg_, stream_);
+    moe_gather_rows(xn_, E, ko, row_slot_, group_expert_, rows, xg_, stream_);
     GemvArgs g;
     g.x = xg_;
     g.n_tok = kMoeGroupRows;

@@ -148,6 +148,13 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
     const int64_t width = a.glu ? rows / 2 : rows;
     if (expert && a.n_expert_slots > 1 && a.y_slot_stride != 0 && a.y_slot_stride < width)
         gemv_fail("y_slot_stride below the output width (slots would overlap)");
+    if (expert && a.n_tok > 1) {  // grouped experts: a slot's n_tok rows must not reach the next slot's
+        const int64_t xs = a.x_stride ? a.x_stride : m.n_in, ys = a.y_stride ? a.y_stride : width;
+        if (a.x_slot_stride != 0 && a.x_slot_stride < a.n_tok * xs)
+            gemv_fail("grouped experts: x_slot_stride below n_tok rows");
+        if (a.n_expert_slots > 1 && a.y_slot_stride < a.n_tok * ys)
+            gemv_fail("grouped experts: y_slot_stride below n_tok rows");
+    }
     GemvParams p;
     p.w = static_cast<const uint8_t*>(m.data);
     p.w_bytes = m.bytes;
@@ -283,6 +290,11 @@ std::map<TuneKey, int> g_tune_cache;
 }  // namespace detail
 
 int gemv_variant_count() { return detail::kGemvVariants; }
+
+int gemv_max_tokens(const GpuMatrix& m) {
+    const int64_t tb = detail::gemv_token_smem(m.type, m.n_in);
+    return tb > 0 ? static_cast<int>(std::min<int64_t>(detail::kGemvMaxSmem / tb, kMaxGemvTokens)) : 0;
+}
 int gemv_plain_variant_count() { return detail::kGemvBaseVariants; }
 
 const char* gemv_variant_name(int variant) {

@@ -77,6 +77,10 @@ struct GemvArgs {
     bool skip_negative_ids = false;
 };
 
+// Tokens (rows of x) one launch of this matrix can take, at most kMaxGemvTokens (the shared-memory
+// activations of a token grow with n_in: fp32 for float weights, int8 + scales for quantized ones).
+int gemv_max_tokens(const GpuMatrix& m);
+
 // Launches the GEMV (graph-capturable: no allocation, no host synchronisation). x, norm_w, bias
 // and residual are read through the read-only cache: they must not alias y, except residual,
 // which may equal y exactly (same rows, residual rows y_stride apart). Any alignment of x is

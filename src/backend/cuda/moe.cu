@@ -74,6 +74,7 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(const Comb
             for (int j = 0; j < a.k; ++j) {
                 const float w = __ldg(wt + j);
                 const int64_t row = a.slot_row ? a.slot_row[t * a.k + j] : t * a.k + j;
+                if (row < 0) continue;  // a slot the grouping rejected (never from moe_route)
                 const float4 e =
                     __ldg(reinterpret_cast<const float4*>(a.expert_out + row * a.expert_stride) + i);
                 acc.x = fmaf(w, e.x, acc.x);
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(const Comb
             float acc = a.shared_out ? sg * __ldg(a.shared_out + t * a.shared_stride + i) : 0.0f;
             for (int j = 0; j < a.k; ++j) {
                 const int64_t row = a.slot_row ? a.slot_row[t * a.k + j] : t * a.k + j;
-                acc = fmaf(__ldg(wt + j), __ldg(a.expert_out + row * a.expert_stride + i), acc);
+                if (row >= 0) acc = fmaf(__ldg(wt + j), __ldg(a.expert_out + row * a.expert_stride + i), acc);
             }
             if (a.residual) acc = a.residual[t * a.residual_stride + i] + acc;
             a.y[t * a.y_stride + i] = acc;

@@ -81,9 +81,10 @@ struct MoeGroupArgs {
 };
 int moe_group_max_groups(int n_slots, int n_experts);
 void moe_group_slots(const MoeGroupArgs& a, cudaStream_t stream);
-// y [n_rows, n] row r = x row (row_slot[r] / x_div) (x rows n floats apart), zeros where row_slot[r] < 0.
-void moe_gather_rows(const float* x, int64_t n, int x_div, const int32_t* row_slot, int64_t n_rows, float* y,
-                     cudaStream_t stream);
+// y [n_rows, n] row r = x row (row_slot[r] / x_div) (x rows n floats apart), zeros where row_slot[r] < 0;
+// with group_expert, rows of unused groups (group_expert[r / kMoeGroupRows] < 0) are not written.
+void moe_gather_rows(const float* x, int64_t n, int x_div, const int32_t* row_slot,
+                     const int32_t* group_expert, int64_t n_rows, float* y, cudaStream_t stream);
 
 // Closes the MoE block:
 //   y[t, i] = residual[t, i] + sigmoid(shared_gate_logit[t]) * shared_out[t, i]
@@ -102,7 +103,7 @@ struct MoeCombineArgs {
     int64_t expert_stride = 0;
     const float* weights = nullptr;  // [n_tok, k] (moe_route's), device
     // Grouped experts: expert_out row of slot t * k + j is slot_row[t * k + j] (moe_group_slots)
-    // instead of t * k + j; nullptr: the slot itself.
+    // instead of t * k + j (a negative row: the term is left out); nullptr: the slot itself.
     const int32_t* slot_row = nullptr;
     const float* shared_out = nullptr;  // [n_tok, n_embd] or nullptr
     int64_t shared_stride = 0;

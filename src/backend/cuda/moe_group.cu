@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroup
     }
     for (int s = tid; s < a.n_slots; s += kGroupThreads) {
         const int e = a.ids[s];
-        if (e < 0 || e >= a.n_experts) {  // never from moe_route; keep the slot harmless
+        if (e < 0 || e >= a.n_experts) {  // never from moe_route; moe_combine skips row -1
             a.slot_row[s] = -1;
             continue;
         }
@@ -66,12 +66,15 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroup
     }
 }
 
-// y[r] = x[row_slot[r] / x_div] (n floats), or zeros for an empty row. Grid: rows.
+// y[r] = x[row_slot[r] / x_div] (n floats), or zeros for an empty row of a used group; rows of unused
+// groups (group_expert < 0, skipped by the GEMVs) are left alone. Grid: rows.
 __global__ void __launch_bounds__(kGatherThreads)
-    moe_gather_kernel(const float* x, int64_t n, int x_div, const int32_t* row_slot, float* y) {
+    moe_gather_kernel(const float* x, int64_t n, int x_div, const int32_t* row_slot,
+                      const int32_t* group_expert, float* y) {
     pdl_wait();
     pdl_trigger();
     const int64_t r = blockIdx.x;
+    if (group_expert && group_expert[r / kMoeGroupRows] < 0) return;
     const int s = row_slot[r];
     float* yr = y + r * n;
     if (s < 0) {
@@ -95,13 +98,13 @@ void moe_group_slots(const MoeGroupArgs& a, cudaStream_t stream) {
     launch_pdl(moe_group_kernel, dim3(1), dim3(kGroupThreads), 0, stream, a);
 }
 
-void moe_gather_rows(const float* x, int64_t n, int x_div, const int32_t* row_slot, int64_t n_rows, float* y,
-                     cudaStream_t stream) {
+void moe_gather_rows(const float* x, int64_t n, int x_div, const int32_t* row_slot,
+                     const int32_t* group_expert, int64_t n_rows, float* y, cudaStream_t stream) {
     if (n_rows <= 0 || n <= 0) return;
     if (!x || !row_slot || !y || x_div < 1 || n_rows > 0x7fffffff)
         group_fail("moe_gather_rows: bad arguments");
     launch_pdl(moe_gather_kernel, dim3(static_cast<unsigned>(n_rows)), dim3(kGatherThreads), 0, stream, x, n,
-               x_div, row_slot, y);
+               x_div, row_slot, group_expert, y);
 }
 
 }  // namespace pelican::cuda
