@@ -2,7 +2,7 @@
 # Issue 6 on the GPU machine: the hybrid Qwen3.5 GPU pass checked and measured (tools/gpu/check.sh does
 # the building, the side-by-side phases and the table; this script points it at the hybrid shapes).
 #
-#   tools/gpu/hybrid_check.sh [PHASE...]     phases: build test sanitize models bench peer table big
+#   tools/gpu/hybrid_check.sh [PHASE...]     phases: build test sanitize models bench peer table big [ab]
 #
 #   test      the hybrid GPU tests (cuda_deltanet, cuda_moe, cuda_hybrid_golden) and the ops they use
 #             (elementwise, attention)
@@ -12,6 +12,7 @@
 #   bench/peer/table   check.sh's phases on those files: pelican bench --device cuda and llama-bench
 #             (LLAMA_BENCH / LLAMA_BENCH_DONE / LLAMA_BUILD_LOG as for check.sh), pp$PP, tg128 at depth 0
 #             and $DEPTHS
+#   ab        A/B of the PELICAN_* switches of the hybrid pass (AB_SWITCHES, AB_DEPTH) on the first type's file
 #   big       Qwen3.5-122B-A10B shape (~70 GB in Q4_0: more than the disk) generated into memory:
 #             pelican bench --device cuda --synthetic qwen3_5_moe --config tools/configs/qwen3.5-122b-a10b.json
 #
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/../.." || exit 2
 . tools/gpu/deps_env.sh
 export SYNTH_ARCH=qwen3_5_moe MODEL_TAG=q35b
 export CONFIG=${CONFIG:-$(pwd)/tools/configs/qwen3.5-35b-a3b.json}
-export TYPES=${TYPES:-q4_0 q4_k} DEPTHS=${DEPTHS:-32768} PP=${PP:-4096} REPS=${REPS:-2}
+export TYPES=${TYPES:-q4_0 q4_k} DEPTHS=${DEPTHS:-4096 32768} PP=${PP:-4096} REPS=${REPS:-2}
 export VOCAB=${VOCAB:-third_party/vocab/qwen3-tokenizer.json.xz}
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
@@ -34,6 +35,7 @@ export OUT
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 BIG_TYPE=${BIG_TYPE:-q4_0}
 BIG_TIMEOUT=${BIG_TIMEOUT:-540}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
 HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test"
 
 say() { echo "[$(date -u +%H:%M:%S)] $*"; }
@@ -59,6 +61,29 @@ phase_sanitize() {
   return "$rc"
 }
 
+# A/B of the hybrid switches on the first of $TYPES (models phase first): pp$PP / tg128 at depth 0 and
+# AB_DEPTH, one line of JSON per run in ab.log; AB_SWITCHES: space-separated VAR=VALUE settings ("-" is
+# the default configuration).
+phase_ab() {
+  local t f sw d rc=0
+  t=${TYPES%% *}
+  f=${MODEL_DIR:-/tmp/pelican-models}/$MODEL_TAG-$t.gguf
+  [ -s "$f" ] || { echo "missing $f (run the models phase)"; return 1; }
+  # shellcheck disable=SC2086  # the switch list splits on spaces
+  for sw in ${AB_SWITCHES:-- PELICAN_ATTN_ROW_BLOCKS=0 PELICAN_HYBRID_CHUNK=0 PELICAN_MOE_GROUPED=0 PELICAN_FUSED_ROUTER=0}; do
+    for d in 0 "${AB_DEPTH:-4096}"; do
+      echo "== $sw depth $d"
+      if [ "$sw" = - ]; then
+        timeout -k 10 "$BENCH_TIMEOUT" "$BUILD_DIR/bin/pelican" bench --device cuda -m "$f" -p "$PP" -n 128 -r 1 -d "$d" --json || rc=1
+      else
+        env "$sw" timeout -k 10 "$BENCH_TIMEOUT" "$BUILD_DIR/bin/pelican" bench --device cuda -m "$f" -p "$PP" -n 128 -r 1 -d "$d" --json || rc=1
+      fi
+      echo
+    done
+  done
+  return "$rc"
+}
+
 phase_big() {
   local vocab=$VOCAB
   case $vocab in
@@ -74,14 +99,14 @@ with lzma.open(sys.argv[1]) as i, open(sys.argv[2], "wb") as o: shutil.copyfileo
     --config tools/configs/qwen3.5-122b-a10b.json --vocab "$vocab" --type "$BIG_TYPE" -p 512 -n 128 -r "$REPS" --json
 }
 
-ALL=(build test sanitize models bench peer table big)
+ALL=(build test sanitize models bench peer table big)  # ab: on request only
 if [ $# -gt 0 ]; then PHASES=("$@"); else PHASES=("${ALL[@]}"); fi
 rc=0
 for p in "${PHASES[@]}"; do
   case $p in
     build | models | bench | peer | table)
       tools/gpu/check.sh "$p" || rc=1 ;;
-    test | sanitize | big)
+    test | sanitize | big | ab)
       t0=$SECONDS
       (set -e; "phase_$p") >"$OUT/$p.log" 2>&1
       st=$?
