@@ -871,6 +871,82 @@ TEST(CudaMoe, GroupedExpertsMatchSlots) {
     }
 }
 
+// The fused combine of the decode down projection (GemvArgs::comb_*): x = res + sum_j w_j y_j written
+// by the GEMV's last CTA per row group equals, bit for bit, the same GEMV followed by moe_combine, for
+// every plain variant (every configuration's row groups), twice in a row (the counters reset) and in place
+// (comb_res == comb_y).
+TEST(CudaMoe, FusedCombineEqualsCombine) {
+    SKIP_WITHOUT_GPU();
+    Rng rng;
+    const int nv = cuda::gemv_plain_variant_count();
+    for (DType t : {DType::Q4_0, DType::Q4_K, DType::F32}) {
+        SCOPED_TRACE(dtype_name(t));
+        const int n_exp = 12, k = 9;
+        const int64_t ff = t == DType::Q4_K ? 256 : 64, n_out = 300;
+        const test::RandomMatrix dn = test::random_matrix(rng, t, ff, n_exp * n_out, true);
+        const cuda::GpuMatrix m = upload_rows(dn, 0, dn.n_out);
+        std::vector<int32_t> ids(static_cast<size_t>(k));
+        for (auto& id : ids) id = static_cast<int32_t>(rng.index(n_exp));
+        const std::vector<float> act = test::random_vec(rng, k * ff), w = test::random_vec(rng, k),
+                                 res = test::random_vec(rng, n_out);
+        DeviceBuffer dids = to_device(ids), dact = to_device(act), dw = to_device(w),
+                     dctr = to_device(std::vector<uint32_t>(static_cast<size_t>(n_out), 0u)),
+                     dya = to_device(std::vector<float>(static_cast<size_t>(k * n_out), NAN)),
+                     dyb = to_device(std::vector<float>(static_cast<size_t>(k * n_out), NAN)),
+                     dxa = to_device(res), dxb = to_device(res);
+        for (int v = 0; v < nv; v += test::cuda_test_small() ? 5 : 1) {
+            SCOPED_TRACE(cuda::gemv_variant_name(v));
+            copy_to(dxa, res);
+            copy_to(dxb, res);
+            cuda::gemv_force_variant(v);
+            cuda::GemvArgs d;
+            d.x = dact.as<float>();
+            d.expert_ids = dids.as<int32_t>();
+            d.n_expert_slots = k;
+            d.expert_rows = n_out;
+            d.x_slot_stride = ff;
+            d.y = dyb.as<float>();
+            cuda::gemv(m, d, nullptr);
+            cuda::MoeCombineArgs c;
+            c.n_tok = 1;
+            c.n_embd = n_out;
+            c.k = k;
+            c.weights = dw.as<float>();
+            c.expert_out = dyb.as<float>();
+            c.residual = dxb.as<float>();
+            c.y = dxb.as<float>();
+            cuda::moe_combine(c, nullptr);
+            d.y = dya.as<float>();
+            d.comb_ctr = dctr.as<uint32_t>();
+            d.comb_w = dw.as<float>();
+            d.comb_res = dxa.as<float>();
+            d.comb_y = dxa.as<float>();
+            for (int rep = 0; rep < 2; ++rep) {  // in place: the second run adds the sum again
+                cuda::gemv(m, d, nullptr);
+                if (rep == 0) {
+                    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                    size_t first = 0;
+                    ASSERT_TRUE(same_bits(from_device<float>(dxa.get(), static_cast<size_t>(n_out)),
+                                          from_device<float>(dxb.get(), static_cast<size_t>(n_out)), &first))
+                        << "element " << first;
+                    cuda::moe_combine(c, nullptr);  // the reference's second pass
+                }
+            }
+            cuda::gemv_force_variant(-1);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            size_t first = 0;
+            EXPECT_TRUE(same_bits(from_device<float>(dxa.get(), static_cast<size_t>(n_out)),
+                                  from_device<float>(dxb.get(), static_cast<size_t>(n_out)), &first))
+                << "second run, element " << first;
+            const auto ctr = from_device<uint32_t>(dctr.get(), static_cast<size_t>(n_out));
+            EXPECT_TRUE(std::all_of(ctr.begin(), ctr.end(), [](uint32_t x) { return x == 0; }))
+                << "the arrival counters must be back at 0";
+        }
+        cuda::GpuMatrix mm = m;
+        cuda::free_matrix(mm);
+    }
+}
+
 TEST(CudaMoe, ExpertGemvBadIdsReadExpertZero) {
     SKIP_WITHOUT_GPU();
     Rng rng;

@@ -119,6 +119,7 @@ Status CudaHybridForward::init() {
                  o_sout = c.add(M * E * f), o_logits = c.add(ML * V * f), o_aws = c.add(attn_ws_bytes),
                  o_mcat = c.add(has_mtp() ? ML * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? ML * E * f : 0),
                  o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)),
+                 o_cctr = c.add(static_cast<size_t>(E) * sizeof(unsigned)),
                  o_xn = c.add(chunk_ > 0 ? M * E * f : 0), o_tmp = c.add(chunk_ > 0 ? M * tmp_w * f : 0);
     // Grouped experts (prompt chunks of a MoE model): PELICAN_MOE_GROUPED=0 keeps slot-wise GEMVs.
     const char* ge = std::getenv("PELICAN_MOE_GROUPED");
@@ -156,6 +157,7 @@ Status CudaHybridForward::init() {
     logits_ = at(o_logits);
     attn_ws_ = base + o_aws;
     router_ctr_ = reinterpret_cast<unsigned*>(base + o_ctr);
+    comb_ctr_ = reinterpret_cast<unsigned*>(base + o_cctr);
     if (chunk_ > 0) {
         xn_ = at(o_xn);
         tmp_ = at(o_tmp);

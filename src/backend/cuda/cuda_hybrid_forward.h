@@ -111,7 +111,7 @@ private:
     bool fused_router_ok(const GpuHybridLayer& L) const;
     // The routed experts of n tokens x ko slots: slot-wise GEMVs (eact_, eout_), or for prompt chunks
     // grouped by expert (xg_, eactg_, eoutg_; slot s at row slot_row_[s]).
-    void moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk);
+    void moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk, bool fused_combine = false);
     void moe_grouped_experts(const GpuHybridLayer& L, int n, int ko);
     void mlp_block(const GpuHybridLayer& L, int n, bool chunk = false);
     DeltaNetStepArgs deltanet_args(const GpuHybridLayer& L, int slot, int n) const;
@@ -168,6 +168,7 @@ private:
     int32_t* ids_ = nullptr;   // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
     float* wts_ = nullptr;     // [M, ko] expert weights
     unsigned* router_ctr_ = nullptr;  // moe_router_route's arrival counter (zeroed scratch)
+    unsigned* comb_ctr_ = nullptr;    // [n_embd] the fused combine's arrival counters (zeroed scratch)
     float* eact_ = nullptr;           // [M * ko, n_ff_expert]
     float* eout_ = nullptr;           // [M * ko, n_embd]
     float* sout_ = nullptr;           // [M, n_embd] shared expert output

@@ -65,6 +65,15 @@ DeltaNetStepArgs CudaHybridForward::deltanet_args(const GpuHybridLayer& L, int s
     return d;
 }
 
+// PELICAN_FUSED_COMBINE=0: the decode step's MoE closes with moe_combine instead of the down GEMV's tail.
+static bool fused_combine_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("PELICAN_FUSED_COMBINE");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
 // PELICAN_FUSED_CONV=1: the decode step runs the conv in the in_proj GEMV's epilogue instead of
 // conv1d_silu. Off by default: measured slower on the H200 (ncu, 35B-A3B Q4_0: in_proj + conv
 // epilogue 29 us vs 13 + 2.7 us as two kernels; the epilogue's dependent state loads stall each row
@@ -224,6 +233,10 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
         moe_grouped_experts(L, n, ko);
         c.expert_out = eoutg_;
         c.slot_row = slot_row_;
+    } else if (n == 1 && !chunk && shared_slot && fused_combine_enabled()) {
+        // Decode: the down GEMV's last CTA per row group writes x += sum_j w_j y_j (no moe_combine).
+        moe_slot_experts(L, n, ko, chunk, /*fused_combine=*/true);
+        return;
     } else {
         moe_slot_experts(L, n, ko, chunk);
         c.expert_out = eout_;
@@ -248,7 +261,8 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
 }
 
 // One expert-slot GEMV pair over n tokens x ko slots (eact_, eout_ rows = slots).
-void CudaHybridForward::moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk) {
+void CudaHybridForward::moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk,
+                                         bool fused_combine) {
     const HybridHParams& hy = *hp_.hybrid;
     const int64_t E = hp_.n_embd, ff_e = hy.n_ff_expert;
     const int slots = n * ko;
@@ -278,6 +292,12 @@ void CudaHybridForward::moe_slot_experts(const GpuHybridLayer& L, int n, int ko,
     d.x_slot_stride = ff_e;
     d.y = eout_;
     d.y_slot_stride = E;
+    if (fused_combine) {  // one token: x += sum_j w_j y_j in the GEMV's tail
+        d.comb_ctr = comb_ctr_;
+        d.comb_w = wts_;
+        d.comb_res = x_;
+        d.comb_y = x_;
+    }
     gemv(L.moe.experts_down, d, stream_);
 }
 

@@ -187,6 +187,16 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
         p.x_slot_div = a.x_slot_div;
         p.y_slot_stride = a.y_slot_stride ? a.y_slot_stride : width;
         p.skip_negative_ids = a.skip_negative_ids;
+        if (a.comb_ctr != nullptr) {
+            if (a.n_tok != 1 || a.glu || a.residual)
+                gemv_fail("the fused combine takes one token, no glu, no residual");
+            if (!a.comb_w || !a.comb_res || !a.comb_y)
+                gemv_fail("the fused combine needs comb_w, comb_res and comb_y");
+            p.comb_ctr = a.comb_ctr;
+            p.comb_w = a.comb_w;
+            p.comb_res = a.comb_res;
+            p.comb_y = a.comb_y;
+        }
     }
 
     if (a.conv_w != nullptr) {

@@ -75,6 +75,15 @@ struct GemvArgs {
     // one expert (x_s rows x_stride apart, y_s rows y_stride apart). skip_negative_ids: a slot whose
     // id is negative computes nothing (unused groups of a device-side grouping).
     bool skip_negative_ids = false;
+    // Fused moe_combine (decode down projection: one token, expert slots, no glu, no residual): after
+    // the slots' outputs y_s are written, comb_y[o] = comb_res[o] + sum_s comb_w[s] y_s[o] for every
+    // output o (slot order, fmaf from 0: bitwise moe_combine without a shared expert). comb_ctr: one
+    // zeroed counter per row group (n_out of them always suffice; reset by the kernel), device.
+    // comb_res may equal comb_y. Off while comb_ctr is nullptr.
+    unsigned* comb_ctr = nullptr;
+    const float* comb_w = nullptr;  // [n_expert_slots]
+    const float* comb_res = nullptr;
+    float* comb_y = nullptr;
 };
 
 // Tokens (rows of x) one launch of this matrix can take, at most kMaxGemvTokens (the shared-memory

@@ -279,6 +279,34 @@ __device__ __forceinline__ void gemv_conv_epilogue(const GemvParams& p, int64_t 
     st[(H - 1) * p.conv_ch] = v;
 }
 
+// The fused moe_combine of an expert-slot GEMV (GemvParams::comb_*, one token, no glu): once every
+// slot's CTA has written its rows of row group `group` (an arrival counter per group, counted in after
+// the CTA's whole loop; the last CTA resets it), the last one writes comb_y[o] = comb_res[o] + sum_s comb_w[s] y_s[o] over the group's
+// rows, the sum in slot order with fmaf from 0 (exactly moe_combine without a shared expert). Called
+// by the whole CTA (barriers inside).
+__device__ __forceinline__ void gemv_combine_group(const GemvParams& p, int group, int rows_per_group) {
+    __shared__ bool s_last;
+    __threadfence();  // this CTA's rows of y, before its arrival
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned slots = gridDim.y;
+        s_last = atomicAdd(p.comb_ctr + group, 1u) == slots - 1;
+        if (s_last) p.comb_ctr[group] = 0;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const int64_t r0 = static_cast<int64_t>(group) * rows_per_group;
+    const int64_t r1 = r0 + rows_per_group < p.n_slots ? r0 + rows_per_group : p.n_slots;
+    const int slots = static_cast<int>(gridDim.y);
+    for (int64_t o = r0 + threadIdx.x; o < r1; o += kGemvThreads) {
+        float acc = 0.0f;
+        for (int j = 0; j < slots; ++j)
+            acc = fmaf(__ldg(p.comb_w + j), __ldcg(p.y + j * p.y_slot_stride + o), acc);
+        p.comb_y[o] = p.comb_res[o] + acc;
+    }
+}
+
 template <class T, int U4>
 struct GemvUnits {
     static constexpr int v = U4 * T::kBatch / 4 > 0 ? U4* T::kBatch / 4 : 1;
@@ -514,6 +542,13 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
         if (!more) break;
         group = next_group;
         batch = next_batch;
+    }
+    // Fused moe_combine: this CTA's groups are written; count them in (after the loop, so that the
+    // combine adds no register pressure to it).
+    if constexpr (E && NT == 1) {
+        if (p.comb_ctr != nullptr && !p.glu)
+            for (int g = static_cast<int>(blockIdx.x); g < p.n_groups; g += static_cast<int>(gridDim.x))
+                gemv_combine_group(p, g, kRowWarps * R * P);
     }
 }
 

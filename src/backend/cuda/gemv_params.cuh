@@ -186,6 +186,11 @@ struct GemvParams {
     int x_slot_div = 1;
     int64_t y_slot_stride = 0;
     bool skip_negative_ids = false;  // a negative id: the CTA does nothing (grouped experts)
+    // Fused moe_combine (GemvArgs::comb_*; one-token expert slots without glu; comb_ctr nullptr: off).
+    unsigned* comb_ctr = nullptr;
+    const float* comb_w = nullptr;
+    const float* comb_res = nullptr;
+    float* comb_y = nullptr;
     // Conv epilogue (GemvArgs::conv_*; NT = 1 plain kernels only; conv_w nullptr: off).
     const float* conv_w = nullptr;
     float* conv_state = nullptr;
