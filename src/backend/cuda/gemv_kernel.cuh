@@ -281,9 +281,9 @@ __device__ __forceinline__ void gemv_conv_epilogue(const GemvParams& p, int64_t 
 
 // The fused moe_combine of an expert-slot GEMV (GemvParams::comb_*, one token, no glu): once every
 // slot's CTA has written its rows of row group `group` (an arrival counter per group, counted in after
-// the CTA's whole loop; the last CTA resets it), the last one writes comb_y[o] = comb_res[o] + sum_s comb_w[s] y_s[o] over the group's
-// rows, the sum in slot order with fmaf from 0 (exactly moe_combine without a shared expert). Called
-// by the whole CTA (barriers inside).
+// the CTA's whole loop; the last CTA resets it), the last one writes comb_y[o] = comb_res[o] + sum_s
+// comb_w[s] y_s[o] over the group's rows, the sum in slot order with fmaf from 0 (exactly moe_combine without
+// a shared expert). Called by the whole CTA (barriers inside).
 __device__ __forceinline__ void gemv_combine_group(const GemvParams& p, int group, int rows_per_group) {
     __shared__ bool s_last;
     __threadfence();  // this CTA's rows of y, before its arrival
