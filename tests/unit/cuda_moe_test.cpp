@@ -896,6 +896,9 @@ TEST(CudaMoe, FusedCombineEqualsCombine) {
                      dxa = to_device(res), dxb = to_device(res);
         for (int v = 0; v < nv; v += test::cuda_test_small() ? 5 : 1) {
             SCOPED_TRACE(cuda::gemv_variant_name(v));
+            struct ResetVariant {  // also when an ASSERT returns early
+                ~ResetVariant() { cuda::gemv_force_variant(-1); }
+            } reset_variant;
             copy_to(dxa, res);
             copy_to(dxb, res);
             cuda::gemv_force_variant(v);

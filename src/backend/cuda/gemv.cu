@@ -188,8 +188,14 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
         p.y_slot_stride = a.y_slot_stride ? a.y_slot_stride : width;
         p.skip_negative_ids = a.skip_negative_ids;
         if (a.comb_ctr != nullptr) {
-            if (a.n_tok != 1 || a.glu || a.residual)
-                gemv_fail("the fused combine takes one token, no glu, no residual");
+            if (a.n_tok != 1 || a.glu || a.residual || a.skip_negative_ids)
+                gemv_fail("the fused combine takes one token, no glu, no residual, no skipped slots");
+            // comb_y must not overlap the slots' outputs (other CTAs write them while the last one sums).
+            const uintptr_t y0 = reinterpret_cast<uintptr_t>(a.y),
+                            y1 = y0 + sizeof(float) * static_cast<uintptr_t>(
+                                                          (a.n_expert_slots - 1) * p.y_slot_stride + width);
+            const uintptr_t c0 = reinterpret_cast<uintptr_t>(a.comb_y), c1 = c0 + sizeof(float) * width;
+            if (c0 < y1 && y0 < c1) gemv_fail("the fused combine's comb_y overlaps the slots' outputs");
             if (!a.comb_w || !a.comb_res || !a.comb_y)
                 gemv_fail("the fused combine needs comb_w, comb_res and comb_y");
             p.comb_ctr = a.comb_ctr;
@@ -206,6 +212,8 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
         p.conv_ch = a.conv_ch;
         p.conv_k = a.conv_k;
     }
+
+    if (!expert && a.comb_ctr != nullptr) gemv_fail("the fused combine needs expert slots");
 
     const bool quant = gemv_quantized(m.type);
     const int64_t tok_bytes = gemv_token_smem(m.type, m.n_in);
@@ -382,6 +390,9 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
     PELICAN_CUDA_CHECK(cudaMemsetAsync(buf, 0x3c, n_all * sizeof(float), stream));  // 0.0115f
     auto align16 = [](size_t n) { return (n + 3) / 4 * 4; };
     GemvArgs a = ex;
+    a.comb_ctr = nullptr;  // timing calls must not add into a real output or touch real counters
+    a.comb_w = a.comb_res = nullptr;
+    a.comb_y = nullptr;
     a.x = buf;
     a.x_stride = 0;
     a.y = buf + align16(nx);

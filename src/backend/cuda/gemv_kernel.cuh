@@ -544,7 +544,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
         batch = next_batch;
     }
     // Fused moe_combine: this CTA's groups are written; count them in (after the loop, so that the
-    // combine adds no register pressure to it).
+    // combine adds no register pressure to it). Debug modes 2 and 3 (benchmarks) return earlier: no
+    // combine then (every CTA exits, so the counters stay consistent).
     if constexpr (E && NT == 1) {
         if (p.comb_ctr != nullptr && !p.glu)
             for (int g = static_cast<int>(blockIdx.x); g < p.n_groups; g += static_cast<int>(gridDim.x))
