@@ -126,7 +126,6 @@ private:
     void prefill_chunk(int64_t n, int64_t pos0, const int32_t* ids_dev, const int32_t* pos_dev,
                        float* all_logits);
     void prefill_layer(int il, int64_t n, int64_t pos0, const int32_t* pos_dev);
-    void prefill_parts(const std::vector<GpuPart>& parts, const float* x, int64_t n, float* y, int64_t width);
 
     std::shared_ptr<const GpuModel> gm_;
     const Model& model_;

@@ -107,30 +107,13 @@ void CudaForward::enqueue_step() {
 
 // ---- prefill ------------------------------------------------------------------------------------
 
-// y [n, width] = x W^T over the stacked parts (split parts go through tmp_, then into their
-// columns of y).
-void CudaForward::prefill_parts(const std::vector<GpuPart>& parts, const float* x, int64_t n, float* y,
-                                int64_t width) {
-    if (parts.size() == 1) {
-        mm_.run(parts[0].m, x, n, y, stream_);
-        return;
-    }
-    for (const GpuPart& p : parts) {
-        mm_.run(p.m, x, n, tmp_, stream_);
-        const size_t row_bytes = static_cast<size_t>(p.m.n_out) * sizeof(float);
-        PELICAN_CUDA_CHECK(cudaMemcpy2DAsync(y + p.row0, static_cast<size_t>(width) * sizeof(float), tmp_,
-                                             row_bytes, row_bytes, static_cast<size_t>(n),
-                                             cudaMemcpyDeviceToDevice, stream_));
-    }
-}
-
 void CudaForward::prefill_layer(int il, int64_t n, int64_t pos0, const int32_t* pos_dev) {
     const GpuLayer& L = gm_->layer(il);
     const int64_t E = hp_.n_embd, FF = hp_.n_ff;
     const float eps = hp_.rms_eps;
 
     rms_norm(x_, L.attn_norm, xn_, n, E, eps, false, stream_);
-    prefill_parts(L.qkv, xn_, n, qkv_, qkv_w_);
+    prefill_parts(mm_, L.qkv, xn_, n, qkv_, qkv_w_, tmp_, stream_);
     if (L.b_qkv) add_bias(qkv_, L.b_qkv, n, qkv_w_, stream_);
     rope_store_kv(rope_args(il, static_cast<int>(n), pos_dev), stream_);
     const AttnArgs at = attn_args(il, static_cast<int>(n), pos_dev);
@@ -141,7 +124,7 @@ void CudaForward::prefill_layer(int il, int64_t n, int64_t pos0, const int32_t* 
     add_scaled(x_, proj_, hp_.residual_scale, x_, n * E, stream_);
 
     rms_norm(x_, L.ffn_norm, xn_, n, E, eps, false, stream_);
-    prefill_parts(L.gate_up, xn_, n, gu_, 2 * FF);
+    prefill_parts(mm_, L.gate_up, xn_, n, gu_, 2 * FF, tmp_, stream_);
     if (L.b_gate_up) add_bias(gu_, L.b_gate_up, n, 2 * FF, stream_);
     swiglu_stacked(gu_, act_, n, FF, stream_);
     mm_.run(L.down, act_, n, proj_, stream_);

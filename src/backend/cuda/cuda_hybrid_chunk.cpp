@@ -19,21 +19,6 @@
 
 namespace pelican::cuda {
 
-void CudaHybridForward::mm_parts(const std::vector<GpuPart>& parts, const float* x, int n, float* y,
-                                 int64_t width) {
-    if (parts.size() == 1 && parts[0].row0 == 0 && parts[0].m.n_out == width) {
-        mm_.run(parts[0].m, x, n, y, stream_);
-        return;
-    }
-    for (const GpuPart& p : parts) {  // each part's columns through tmp_
-        mm_.run(p.m, x, n, tmp_, stream_);
-        const size_t row_bytes = static_cast<size_t>(p.m.n_out) * sizeof(float);
-        PELICAN_CUDA_CHECK(cudaMemcpy2DAsync(y + p.row0, static_cast<size_t>(width) * sizeof(float), tmp_,
-                                             row_bytes, row_bytes, static_cast<size_t>(n),
-                                             cudaMemcpyDeviceToDevice, stream_));
-    }
-}
-
 void CudaHybridForward::mm_residual(const GpuMatrix& w, const float* x, int n) {
     mm_.run(w, x, n, tmp_, stream_);
     add_scaled(x_, tmp_, 1.0f, x_, static_cast<int64_t>(n) * hp_.n_embd, stream_);
@@ -44,7 +29,7 @@ void CudaHybridForward::mm_swiglu(const std::vector<GpuPart>& gate_up, const Gpu
     int64_t rows = 0;
     for (const GpuPart& p : gate_up) rows += p.m.n_out;
     const int64_t ff = rows / 2;
-    mm_parts(gate_up, xn_, n, gu_, 2 * ff);  // [gate | up] per token
+    prefill_parts(mm_, gate_up, xn_, n, gu_, 2 * ff, tmp_, stream_);  // [gate | up] per token
     swiglu_stacked(gu_, act_, n, ff, stream_);
     if (residual)
         mm_residual(down, act_, n);
@@ -56,7 +41,8 @@ void CudaHybridForward::chunk_deltanet(const GpuHybridLayer& L, int slot, int n)
     const HybridHParams& hy = *hp_.hybrid;
     const int64_t cd = hy.linear.conv_dim();
     rms_norm(x_, L.attn_norm, xn_, n, hp_.n_embd, hp_.rms_eps, /*one_plus=*/true, stream_);
-    mm_parts(L.linear.in_proj, xn_, n, proj_, w_dn_);  // [Q|K|V | z | b | a] rows of w_dn_
+    prefill_parts(mm_, L.linear.in_proj, xn_, n, proj_, w_dn_, tmp_,
+                  stream_);  // [Q|K|V | z | b | a] rows of w_dn_
     conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
     deltanet_step(deltanet_args(L, slot, n), stream_);
     mm_residual(L.linear.out, core_, n);
@@ -66,7 +52,7 @@ void CudaHybridForward::chunk_attention(const GpuHybridLayer& L, int slot, int n
                                         int64_t pos0) {
     const int64_t Q = hp_.q_dim(), KV = hp_.kv_dim();
     rms_norm(x_, L.attn_norm, xn_, n, hp_.n_embd, hp_.rms_eps, /*one_plus=*/true, stream_);
-    mm_parts(L.attn.qkvg, xn_, n, proj_, w_at_);  // [q | k | v | gate] rows of w_at_
+    prefill_parts(mm_, L.attn.qkvg, xn_, n, proj_, w_at_, tmp_, stream_);  // [q | k | v | gate] rows of w_at_
     RopeStoreArgs r = rope_store_args(hp_, *gm_, rope_table_, proj_, n, pos, kv(slot));
     r.row_stride = w_at_;
     r.q_norm = L.attn.q_norm;

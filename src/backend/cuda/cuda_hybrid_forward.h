@@ -119,15 +119,14 @@ private:
     void enqueue_chunk(int n, const int32_t* ids, const int32_t* pos, int64_t pos0);
     void chunk_deltanet(const GpuHybridLayer& L, int slot, int n);
     void chunk_attention(const GpuHybridLayer& L, int slot, int n, const int32_t* pos, int64_t pos0);
-    // y [n, width] = x W^T over stacked parts (split parts through tmp_).
-    void mm_parts(const std::vector<GpuPart>& parts, const float* x, int n, float* y, int64_t width);
     // x_ += x W^T (through tmp_).
     void mm_residual(const GpuMatrix& w, const float* x, int n);
     // down(silu(gate) * up) of xn_ into y [n, n_embd], or added to x_ when residual.
     void mm_swiglu(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, int n, float* y,
                    bool residual);
-    // The LM head (final norm) of n <= kMicro rows of x into logits_ rows 0 .. n-1.
-    void lm_head(const float* x, int n);
+    // The LM head of n <= kMicro rows of x after the norm (default: the final norm) into y (default:
+    // logits_) rows 0 .. n-1.
+    void lm_head(const float* x, int n, const float* norm = nullptr, float* y = nullptr);
     // y [n, n_embd] (+ residual) = down(silu(gate) * up) of rms_norm_zc(x_) over stacked or split
     // gate/up parts (through act_, and gu_ when split).
     void swiglu_mlp(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, const float* norm, int n,

@@ -201,7 +201,7 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
     const int ko = shared_slot ? k + 1 : k;  // slots per token
     if (chunk) {                             // prompt chunk: xn_ = rms_norm_zc(x), the router as a GEMM
         rms_norm(x_, L.ffn_norm, xn_, n, E, hp_.rms_eps, /*one_plus=*/true, stream_);
-        mm_parts(L.moe.router, xn_, n, router_, n_exp + 1);
+        prefill_parts(mm_, L.moe.router, xn_, n, router_, n_exp + 1, tmp_, stream_);
         moe_route(router_, n_exp + 1, n, n_exp, k, /*renormalize=*/true, ids_, wts_, stream_, shared_slot);
     } else if (n == 1 && fused_router_ok(L)) {  // decode: router GEMV + top-k in one kernel
         const GpuMatrix& r = L.moe.router[0].m;
@@ -370,15 +370,10 @@ void CudaHybridForward::enqueue_mtp(int n, const int32_t* ids, const int32_t* po
         moe_block(M.layer, n);
     else
         mlp_block(M.layer, n);
-    GemvArgs h;
-    h.x = all_rows ? x_ : x_ + static_cast<int64_t>(n - 1) * E;
-    h.n_tok = all_rows ? n : 1;
-    h.norm_w = M.norm;
-    h.norm_eps = hp_.rms_eps;
-    h.norm_one_plus = true;
-    h.scale = hp_.logit_scale;
-    h.y = mtp_logits_;
-    gemv(gm_->output(), h, stream_);
+    if (all_rows)
+        lm_head(x_, n, M.norm, mtp_logits_);
+    else
+        lm_head(x_ + static_cast<int64_t>(n - 1) * E, 1, M.norm, mtp_logits_);
 }
 
 void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* pos, bool all_rows,
@@ -406,15 +401,15 @@ void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* 
         lm_head(x_ + static_cast<int64_t>(n - 1) * E, 1);
 }
 
-void CudaHybridForward::lm_head(const float* x, int n) {
+void CudaHybridForward::lm_head(const float* x, int n, const float* norm, float* y) {
     GemvArgs h;
     h.x = x;
     h.n_tok = n;
-    h.norm_w = gm_->output_norm();
+    h.norm_w = norm ? norm : gm_->output_norm();
     h.norm_eps = hp_.rms_eps;
     h.norm_one_plus = true;
     h.scale = hp_.logit_scale;
-    h.y = logits_;
+    h.y = y ? y : logits_;
     gemv(gm_->output(), h, stream_);
 }
 

@@ -1,6 +1,10 @@
 // Shared per-layer kernel arguments of the CUDA passes (see layer_args.h).
 #include "backend/cuda/layer_args.h"
 
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+
 namespace pelican::cuda {
 
 RopeStoreArgs rope_store_args(const ModelHParams& hp, const GpuModel& gm, const float* rope_table, float* qkv,
@@ -37,6 +41,21 @@ AttnArgs decode_attn_args(const ModelHParams& hp, const float* q, int64_t q_stri
     at.kv = kv;
     at.out = out;
     return at;
+}
+
+void prefill_parts(PrefillMatmul& mm, const std::vector<GpuPart>& parts, const float* x, int64_t n, float* y,
+                   int64_t width, float* tmp, cudaStream_t stream) {
+    if (parts.size() == 1 && parts[0].row0 == 0 && parts[0].m.n_out == width) {
+        mm.run(parts[0].m, x, n, y, stream);
+        return;
+    }
+    for (const GpuPart& p : parts) {
+        mm.run(p.m, x, n, tmp, stream);
+        const size_t row_bytes = static_cast<size_t>(p.m.n_out) * sizeof(float);
+        PELICAN_CUDA_CHECK(cudaMemcpy2DAsync(y + p.row0, static_cast<size_t>(width) * sizeof(float), tmp,
+                                             row_bytes, row_bytes, static_cast<size_t>(n),
+                                             cudaMemcpyDeviceToDevice, stream));
+    }
 }
 
 }  // namespace pelican::cuda

@@ -4,9 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/gpu_model.h"
+#include "backend/cuda/prefill_matmul.h"
 #include "model/hparams.h"
 
 namespace pelican::cuda {
@@ -18,5 +22,10 @@ RopeStoreArgs rope_store_args(const ModelHParams& hp, const GpuModel& gm, const 
 // q rows [n_tok] q_stride floats apart, attention over kv rows 0 .. *pos + n_tok - 1, out [n_tok, q_dim].
 AttnArgs decode_attn_args(const ModelHParams& hp, const float* q, int64_t q_stride, int n_tok,
                           const int32_t* pos, const KvView& kv, float* out);
+
+// y [n, width] = x W^T over stacked parts (GEMMs through mm; a single part covering every column
+// writes y directly, otherwise each part goes through tmp [n, part rows] into its columns of y).
+void prefill_parts(PrefillMatmul& mm, const std::vector<GpuPart>& parts, const float* x, int64_t n, float* y,
+                   int64_t width, float* tmp, cudaStream_t stream);
 
 }  // namespace pelican::cuda
