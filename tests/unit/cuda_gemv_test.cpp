@@ -28,7 +28,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/deltanet.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gpu_matrix.h"
@@ -719,73 +718,6 @@ TEST(CudaGemv, AutotuneChoosesAVariant) {
 }
 
 // Activations too large for one launch's shared memory run in token groups.
-// The conv epilogue (GemvArgs::conv_*, the DeltaNet decode step's in_proj) equals, bit for bit, the
-// same GEMV without it followed by conv1d_silu (deltanet.h, checked against the reference by
-// cuda_deltanet_test) on the GEMV's output: y, the conv output and the updated conv state, for
-// every plain variant (small mode: every third).
-TEST(CudaGemv, ConvEpilogueEqualsConvKernel) {
-    SKIP_WITHOUT_GPU();
-    Rng rng;
-    const int n_var = cuda::gemv_plain_variant_count();
-    for (DType t : {DType::F32, DType::Q4_0, DType::Q4_K})
-        for (int kw : {4, 2}) {
-            const int64_t n_in = 256, n_out = 300, ch = 200;
-            SCOPED_TRACE(testing::Message() << dtype_name(t) << " conv_k " << kw);
-            const test::RandomMatrix m = test::random_matrix(rng, t, n_in, n_out, true);
-            cuda::HostRows hr{m.bytes.data(), static_cast<size_t>(row_bytes(t, n_in)), n_out};
-            cuda::GpuMatrix gm;
-            const char* err = nullptr;
-            ASSERT_TRUE(cuda::upload_matrix(t, n_in, &hr, 1, gm, nullptr, &err)) << err;
-            const std::vector<float> x = test::random_vec(rng, n_in),
-                                     cw = test::random_vec(rng, ch * kw, 0.5f),
-                                     st0 = test::random_vec(rng, ch * (kw - 1));
-            std::vector<float> nw(static_cast<size_t>(n_in));
-            for (auto& v : nw) v = 0.2f * rng.normal();
-            DeviceBuffer dx = to_device(x), dnw = to_device(nw), dcw = to_device(cw),
-                         dya = to_device(std::vector<float>(n_out, NAN)),
-                         dyb = to_device(std::vector<float>(n_out, NAN)),
-                         dca = to_device(std::vector<float>(ch, NAN)),
-                         dcb = to_device(std::vector<float>(ch, NAN)), dsa = to_device(st0),
-                         dsb = to_device(st0);
-            for (int v = 0; v < n_var; v += test::cuda_test_small() ? 3 : 1) {
-                SCOPED_TRACE(cuda::gemv_variant_name(v));
-                ASSERT_EQ(cudaMemcpy(dsa.get(), st0.data(), st0.size() * 4, cudaMemcpyHostToDevice),
-                          cudaSuccess);
-                ASSERT_EQ(cudaMemcpy(dsb.get(), st0.data(), st0.size() * 4, cudaMemcpyHostToDevice),
-                          cudaSuccess);
-                cuda::GemvArgs a;
-                a.x = dx.as<float>();
-                a.norm_w = dnw.as<float>();
-                a.norm_one_plus = true;
-                a.y = dyb.as<float>();
-                cuda::gemv_force_variant(v);
-                cuda::gemv(gm, a, nullptr);
-                cuda::conv1d_silu(dyb.as<float>(), n_out, 1, ch, kw, dcw.as<float>(), dsb.as<float>(),
-                                  dcb.as<float>(), nullptr);
-                a.y = dya.as<float>();
-                a.conv_w = dcw.as<float>();
-                a.conv_state = dsa.as<float>();
-                a.conv_y = dca.as<float>();
-                a.conv_ch = ch;
-                a.conv_k = kw;
-                cuda::gemv(gm, a, nullptr);
-                cuda::gemv_force_variant(-1);
-                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                EXPECT_EQ(0, std::memcmp(from_device<float>(dya, n_out).data(),
-                                         from_device<float>(dyb, n_out).data(), n_out * 4))
-                    << "y";
-                EXPECT_EQ(0, std::memcmp(from_device<float>(dca, ch).data(),
-                                         from_device<float>(dcb, ch).data(), ch * 4))
-                    << "conv output";
-                const size_t ns = st0.size();
-                EXPECT_EQ(0, std::memcmp(from_device<float>(dsa, ns).data(),
-                                         from_device<float>(dsb, ns).data(), ns * 4))
-                    << "conv state";
-            }
-            cuda::free_matrix(gm);
-        }
-}
-
 TEST(CudaGemv, TokenGroups) {
     SKIP_WITHOUT_GPU();
     Rng rng;

@@ -74,47 +74,13 @@ static bool fused_combine_enabled() {
     return on;
 }
 
-// PELICAN_FUSED_CONV=1: the decode step runs the conv in the in_proj GEMV's epilogue instead of
-// conv1d_silu. Off by default: measured slower on the H200 (ncu, 35B-A3B Q4_0: in_proj + conv
-// epilogue 29 us vs 13 + 2.7 us as two kernels; the epilogue's dependent state loads stall each row
-// group; docs/performance.md). Loading the state before the weight loop would hide that.
-static bool fused_conv_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("PELICAN_FUSED_CONV");
-        return e && e[0] == '1';
-    }();
-    return on;
-}
-
 void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n) {
     const HybridHParams& hy = *hp_.hybrid;
-    const DeltaNetShape& s = hy.linear;
-    const int64_t cd = s.conv_dim();
+    const int64_t cd = hy.linear.conv_dim();
     // proj_ rows [w_dn_]: [Q|K|V (cd) | z (vd) | b (nv) | a (nv)] = W rms_norm_zc(x); conv_ = the
-    // conv + SiLU of the Q|K|V columns (with PELICAN_FUSED_CONV=1 in the in_proj GEMV's epilogue).
-    const std::vector<GpuPart>& parts = L.linear.in_proj;
-    if (n == 1 && fused_conv_enabled() && !parts.empty() && parts[0].row0 == 0 && parts[0].m.n_out >= cd) {
-        for (size_t i = 0; i < parts.size(); ++i) {
-            GemvArgs a;
-            a.x = x_;
-            a.norm_w = L.attn_norm;
-            a.norm_eps = hp_.rms_eps;
-            a.norm_one_plus = true;
-            a.y = proj_ + parts[i].row0;
-            a.y_stride = w_dn_;
-            if (i == 0) {
-                a.conv_w = L.linear.conv;
-                a.conv_state = conv_state(slot);
-                a.conv_y = conv_;
-                a.conv_ch = cd;
-                a.conv_k = hy.conv_kernel;
-            }
-            gemv(parts[i].m, a, stream_);
-        }
-    } else {
-        gemv_parts(parts, L.attn_norm, n, proj_, w_dn_, false);
-        conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
-    }
+    // conv + SiLU of the Q|K|V columns.
+    gemv_parts(L.linear.in_proj, L.attn_norm, n, proj_, w_dn_, false);
+    conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
     deltanet_step(deltanet_args(L, slot, n), stream_);
     // x += W_out core
     GemvArgs o;

@@ -136,14 +136,6 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
         if (a.x_slot_stride < 0 || a.y_slot_stride < 0) gemv_fail("negative slot stride");
     }
 
-    if (a.conv_w != nullptr) {
-        if (a.n_tok != 1 || a.glu || expert)
-            gemv_fail("the conv epilogue takes one token, no glu, no expert slots");
-        if (a.conv_k < 2 || a.conv_k > 8) gemv_fail("conv_k must be 2 .. 8");
-        if (a.conv_ch < 1 || a.conv_ch > m.n_out) gemv_fail("conv_ch must be 1 .. n_out");
-        if (a.conv_state == nullptr || a.conv_y == nullptr)
-            gemv_fail("the conv epilogue needs conv_state and conv_y");
-    }
     const int64_t rows = expert ? a.expert_rows : m.n_out;  // weight rows one output row set spans
     const int64_t width = a.glu ? rows / 2 : rows;
     if (expert && a.n_expert_slots > 1 && a.y_slot_stride != 0 && a.y_slot_stride < width)
@@ -203,14 +195,6 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
             p.comb_res = a.comb_res;
             p.comb_y = a.comb_y;
         }
-    }
-
-    if (a.conv_w != nullptr) {
-        p.conv_w = a.conv_w;
-        p.conv_state = a.conv_state;
-        p.conv_y = a.conv_y;
-        p.conv_ch = a.conv_ch;
-        p.conv_k = a.conv_k;
     }
 
     if (!expert && a.comb_ctr != nullptr) gemv_fail("the fused combine needs expert slots");

@@ -53,17 +53,6 @@ struct GemvArgs {
     // x_slot_stride n_ff, y_slot_stride n_embd. Prefill (slot = t * k + j): x_slot_div k. The
     // ids are read on the GPU after the PDL wait (the router kernel may write them just before);
     // an id outside [0, n_expert) reads expert 0 instead (no access outside W).
-    // Conv epilogue (Gated DeltaNet decode; one token, no glu, no expert slots): for outputs
-    // o < conv_ch, after y[o] = v is written, exactly conv1d_silu (deltanet.h) of that one token:
-    //   conv_y[o] = silu(sum_{j < conv_k - 1} conv_w[o, j] * conv_state[j, o] + conv_w[o, conv_k-1] * v)
-    // (fmaf in that order), then conv_state rows shift up by one with v as the newest row.
-    // conv_w [conv_ch, conv_k], conv_state [conv_k - 1, conv_ch], conv_y [conv_ch] (device; conv_y
-    // must not overlap y). conv_k 2..8. Off while conv_w == nullptr.
-    const float* conv_w = nullptr;
-    float* conv_state = nullptr;
-    float* conv_y = nullptr;
-    int64_t conv_ch = 0;
-    int conv_k = 0;
 
     const int32_t* expert_ids = nullptr;  // [n_expert_slots] device
     int n_expert_slots = 0;               // 0 (off) or 1 .. 65535

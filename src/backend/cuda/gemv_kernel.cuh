@@ -266,19 +266,6 @@ __device__ __forceinline__ void gemv_prefetch(const GemvParams& p, int g0, int n
     }
 }
 
-// The conv epilogue of output o (GemvParams::conv_*): conv1d_silu of one token whose input is v.
-__device__ __forceinline__ void gemv_conv_epilogue(const GemvParams& p, int64_t o, float v) {
-    const int H = p.conv_k - 1;  // state rows
-    const float* w = p.conv_w + o * p.conv_k;
-    float* st = p.conv_state + o;
-    float acc = 0.0f;
-    for (int j = 0; j < H; ++j) acc = fmaf(w[j], st[j * p.conv_ch], acc);
-    acc = fmaf(w[H], v, acc);
-    p.conv_y[o] = acc / (1.0f + expf(-acc));  // silu, as conv1d_silu
-    for (int j = 0; j + 1 < H; ++j) st[j * p.conv_ch] = st[(j + 1) * p.conv_ch];
-    st[(H - 1) * p.conv_ch] = v;
-}
-
 // The fused moe_combine of an expert-slot GEMV (GemvParams::comb_*, one token, no glu): once every
 // slot's CTA has written its rows of row group `group` (an arrival counter per group, counted in after
 // the CTA's whole loop; the last CTA resets it), the last one writes comb_y[o] = comb_res[o] + sum_s
@@ -332,13 +319,6 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
     const int rw = warp / KS, ks = warp % KS;
     const int sg = lane / L, sl = lane % L;  // row segment, lane inside it (P = 1: 0, lane)
     const int n_chunks = (p.n_units + L - 1) / L;
-    // The conv epilogue is compiled into the one-token plain kernels of the non-glu configurations
-    // (R * U <= 8 for all of them; the heavier glu-only ones would spill with it). gemv_run allows
-    // conv only without glu, so the trap below cannot fire unless a configuration breaks that rule.
-    constexpr bool kConv = NT == 1 && !E && R * U <= 8;
-    if constexpr (!kConv) {
-        if (p.conv_w != nullptr) __trap();
-    }
     const int n_batches = (n_chunks + U * KS - 1) / (U * KS);
 
     // Expert slots (E): the weight rows of this CTA's expert start at row_base (set after the PDL
@@ -504,9 +484,6 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
                             v *= p.scale;
                             if (residual) v += residual[t * p.y_stride + o];
                             y[t * p.y_stride + o] = v;
-                            if constexpr (kConv) {
-                                if (p.conv_w != nullptr && o < p.conv_ch) gemv_conv_epilogue(p, o, v);
-                            }
                         }
                     }
             } else if constexpr (H > 0) {

@@ -191,12 +191,6 @@ struct GemvParams {
     const float* comb_w = nullptr;
     const float* comb_res = nullptr;
     float* comb_y = nullptr;
-    // Conv epilogue (GemvArgs::conv_*; NT = 1 plain kernels only; conv_w nullptr: off).
-    const float* conv_w = nullptr;
-    float* conv_state = nullptr;
-    float* conv_y = nullptr;
-    int64_t conv_ch = 0;
-    int conv_k = 0;
     // Benchmarks only (gemv_set_debug_mode): 0 normal; 1 skip the activation prologue; 2 skip the
     // weight loop (prologue only); 3 empty kernel (PDL wait and trigger). Modes 1-3 give wrong y.
     int debug = 0;
