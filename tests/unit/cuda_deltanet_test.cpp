@@ -145,6 +145,7 @@ TEST(CudaDeltaNet, Conv1dSiluMatchesReference) {
 struct StepCase {
     int n_k_heads, n_v_heads, d;
     bool v_tiled;
+    bool chunked = false;  // deltanet_chunked (the prompt form) instead of deltanet_step
 };
 
 double eps_tokens(int d, int tokens) {
@@ -153,7 +154,8 @@ double eps_tokens(int d, int tokens) {
 
 void check_step(const StepCase& c, const std::vector<int>& calls) {
     SCOPED_TRACE("n_k_heads " + std::to_string(c.n_k_heads) + " n_v_heads " + std::to_string(c.n_v_heads) +
-                 " d " + std::to_string(c.d) + (c.v_tiled ? " tiled" : " grouped"));
+                 " d " + std::to_string(c.d) + (c.v_tiled ? " tiled" : " grouped") +
+                 (c.chunked ? " chunked" : " step"));
     Rng rng;
     const DeltaNetShape s{c.n_k_heads, c.n_v_heads, c.d, c.d, c.v_tiled};
     const int D = c.d, nv = s.n_v_heads, nk = s.n_k_heads;
@@ -259,7 +261,14 @@ void check_step(const StepCase& c, const std::vector<int>& calls) {
         args.state = d_state.as<float>();
         args.out = d_out.as<float>();
         args.out_stride = out_stride;
-        cuda::deltanet_step(args, nullptr);
+        if (c.chunked) {
+            DeviceBuffer scratch(cuda::deltanet_chunk_scratch_bytes(n, nv, D));
+            ASSERT_TRUE(scratch.ok());
+            PELICAN_CUDA_CHECK(cudaMemset(scratch.get(), 0x7f, scratch.size()));  // no zeroed scratch
+            cuda::deltanet_chunked(args, scratch.get(), nullptr);
+        } else {
+            cuda::deltanet_step(args, nullptr);
+        }
         const std::vector<float> out = download(d_out.get(), static_cast<size_t>(n * out_stride));
         const std::vector<float> st = download(d_state.get(), ref_state.size());
 
@@ -302,9 +311,10 @@ void check_step(const StepCase& c, const std::vector<int>& calls) {
         EXPECT_EQ(bad, 0) << "mismatching state";
     }
     std::printf(
-        "deltanet_step n_k %d n_v %d d %d %s, %d tokens: max |err| / tol: out %.4f, state %.4f "
+        "%s n_k %d n_v %d d %d %s, %d tokens: max |err| / tol: out %.4f, state %.4f "
         "(eps(T) %.2e)\n",
-        nk, nv, D, c.v_tiled ? "tiled" : "grouped", tokens, worst_y, worst_s, eps_tokens(D, tokens));
+        c.chunked ? "deltanet_chunked" : "deltanet_step", nk, nv, D, c.v_tiled ? "tiled" : "grouped", tokens,
+        worst_y, worst_s, eps_tokens(D, tokens));
 }
 
 std::vector<int> step_calls() { return {1, 5, test::cuda_test_size(130, 24)}; }
@@ -330,6 +340,27 @@ TEST(CudaDeltaNet, StepSmallHeads) {
     check_step({2, 4, 16, false}, step_calls());
     check_step({2, 4, 16, true}, step_calls());
     check_step({1, 3, 32, false}, step_calls());
+}
+
+// The chunked form (chunks of 64): the calls cross chunk boundaries (130 = 64 + 64 + 2, 200) and
+// start from a state left by the earlier calls; same bounds as the step.
+std::vector<int> chunk_calls() { return {1, 63, test::cuda_test_size(130, 70), test::cuda_test_size(200, 24)}; }
+
+TEST(CudaDeltaNet, ChunkedGroupedHeads128) {
+    if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
+    check_step({2, 4, 128, false, true}, chunk_calls());
+}
+
+TEST(CudaDeltaNet, ChunkedTiledHeads128) {
+    if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
+    check_step({2, 4, 128, true, true}, chunk_calls());
+}
+
+TEST(CudaDeltaNet, ChunkedHeads64And32And16) {
+    if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
+    check_step({1, 2, 64, false, true}, chunk_calls());
+    check_step({1, 3, 32, false, true}, chunk_calls());
+    check_step({2, 4, 16, true, true}, chunk_calls());
 }
 
 // ---- graph capture ------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // The prompt path of CudaHybridForward (cuda_hybrid_forward.h): every layer over a chunk of up to
 // chunk_ tokens at once instead of micro-batches of kMicro. The projections run as cuBLAS GEMMs
-// (PrefillMatmul) on rms_norm_zc(x); the causal conv and the DeltaNet recurrence run over the whole
-// chunk in one launch each (conv1d_silu, deltanet_step: token by token inside the kernel); the gated
+// (PrefillMatmul) on rms_norm_zc(x); the causal conv runs over the whole chunk in one launch and the
+// DeltaNet recurrence in its chunked form (deltanet_chunked, chunks of 64; PELICAN_DN_CHUNKED=0:
+// deltanet_step, token by token inside one kernel); the gated
 // attention writes its K/V rows and runs flash attention over the cache (attention_prefill), so the
 // cache is read once per chunk instead of once per 8 tokens; the routed experts still run in
 // expert-slot GEMVs (one slot per token and choice). Not graph-captured.
@@ -44,7 +45,10 @@ void CudaHybridForward::chunk_deltanet(const GpuHybridLayer& L, int slot, int n)
     prefill_parts(mm_, L.linear.in_proj, xn_, n, proj_, w_dn_, tmp_,
                   stream_);  // [Q|K|V | z | b | a] rows of w_dn_
     conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
-    deltanet_step(deltanet_args(L, slot, n), stream_);
+    if (dn_scratch_)
+        deltanet_chunked(deltanet_args(L, slot, n), dn_scratch_, stream_);
+    else
+        deltanet_step(deltanet_args(L, slot, n), stream_);
     mm_residual(L.linear.out, core_, n);
 }
 

@@ -136,6 +136,9 @@ Status CudaHybridForward::init() {
     const size_t o_gexp = c.add(groups * 4), o_srow = c.add(grouped_ ? M * k * 4 : 0),
                  o_rslot = c.add(g_rows * 4), o_xg = c.add(g_rows * E * f),
                  o_eactg = c.add(g_rows * ff_e * f), o_eoutg = c.add(g_rows * E * f);
+    const char* dc = std::getenv("PELICAN_DN_CHUNKED");
+    const bool dn_chunked = chunk_ > 0 && s.n_v_heads > 0 && !(dc && dc[0] == '0');
+    const size_t o_dn = c.add(dn_chunked ? deltanet_chunk_scratch_bytes(M, s.n_v_heads, s.d_k) : 0);
     scratch_ = DeviceBuffer(c.total());
     if (!scratch_.ok())
         return make_error("GPU scratch ({}) does not fit in GPU memory ({})", human_bytes(c.total()),
@@ -170,6 +173,7 @@ Status CudaHybridForward::init() {
         eactg_ = at(o_eactg);
         eoutg_ = at(o_eoutg);
     }
+    if (dn_chunked) dn_scratch_ = base + o_dn;
     if (has_mtp()) {
         mtp_cat_ = at(o_mcat);
         mtp_hidden_ = at(o_mhid);

@@ -190,6 +190,9 @@ private:
     float* xg_ = nullptr;              // [groups * 8, n_embd] gathered normed rows
     float* eactg_ = nullptr;           // [groups * 8, n_ff_expert]
     float* eoutg_ = nullptr;           // [groups * 8, n_embd]
+    // Scratch of deltanet_chunked for the prompt chunks' DeltaNet layers (chunk_ > 0;
+    // PELICAN_DN_CHUNKED=0: deltanet_step token by token instead).
+    void* dn_scratch_ = nullptr;
 
     PinnedHost step_pin_, prompt_pin_, logits_pin_;
     cudaEvent_t step_ev_[kRing] = {}, prompt_ev_ = nullptr;

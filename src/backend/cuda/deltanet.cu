@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/deltanet.h"
+#include "backend/cuda/deltanet_impl.cuh"
 #include "backend/cuda/pdl.cuh"
 
 namespace pelican::cuda {
@@ -106,11 +107,7 @@ __device__ __forceinline__ float seg_sum(float v) {
     return v;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+using dn::warp_sum;
 
 template <int D>
 __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(const DeltaNetStepArgs p) {
@@ -172,9 +169,8 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
 
         // Gates (every thread computes the same two scalars): softplus as the reference
         // (x itself above 20), decay = exp(g) in (0, 1].
-        const float beta = 1.0f / (1.0f + expf(-x_b));
-        const float sp_in = x_a + dt_bias;
-        const float g = neg_a * (sp_in > 20.0f ? sp_in : log1pf(expf(sp_in)));
+        const float beta = dn::gate_beta(x_b);
+        const float g = dn::gate_g(x_a, neg_a, dt_bias);
         const float decay = expf(g);
 
         // L2 norms of q and k.
@@ -186,7 +182,7 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
             float tot = 0.0f;
 #pragma unroll
             for (int w = 0; w < QKS; ++w) tot += red_qk[base + w];
-            const float inv = 1.0f / sqrtf(tot + 1e-6f);
+            const float inv = dn::l2_inv(tot);
             if (tid < D)
                 q_s[tid] = x_qk * inv * q_scale;
             else
@@ -304,24 +300,28 @@ void conv1d_silu(const float* x, int64_t x_stride, int n_tok, int64_t n_ch, int 
     }
 }
 
-void deltanet_step(const DeltaNetStepArgs& a, cudaStream_t stream) {
-    if (a.n_tok <= 0) return;
+void dn::check_step_args(const DeltaNetStepArgs& a, const char* op) {
     if (a.n_k_heads <= 0 || a.n_v_heads <= 0 || a.n_v_heads % a.n_k_heads != 0)
-        bad_args("deltanet_step", "n_v_heads must be a positive multiple of n_k_heads");
+        bad_args(op, "n_v_heads must be a positive multiple of n_k_heads");
     if (a.d_k != a.d_v || (a.d_k != 16 && a.d_k != 32 && a.d_k != 64 && a.d_k != 128)) {
         std::fprintf(stderr,
-                     "pelican: cuda::deltanet_step: head widths d_k %d, d_v %d not supported "
+                     "pelican: cuda::%s: head widths d_k %d, d_v %d not supported "
                      "(d_k == d_v, 16, 32, 64 or 128)\n",
-                     a.d_k, a.d_v);
+                     op, a.d_k, a.d_v);
         std::abort();
     }
     if (!a.conv_out || !a.a || !a.b || !a.z || !a.a_log || !a.dt_bias || !a.norm_w || !a.state || !a.out)
-        bad_args("deltanet_step", "null pointer");
+        bad_args(op, "null pointer");
     const int64_t key_dim = int64_t{a.n_k_heads} * a.d_k, value_dim = int64_t{a.n_v_heads} * a.d_v;
     if ((a.conv_stride && a.conv_stride < 2 * key_dim + value_dim) ||
         (a.a_stride && a.a_stride < a.n_v_heads) || (a.b_stride && a.b_stride < a.n_v_heads) ||
         (a.z_stride && a.z_stride < value_dim) || (a.out_stride && a.out_stride < value_dim))
-        bad_args("deltanet_step", "a row stride is shorter than its row");
+        bad_args(op, "a row stride is shorter than its row");
+}
+
+void deltanet_step(const DeltaNetStepArgs& a, cudaStream_t stream) {
+    if (a.n_tok <= 0) return;
+    dn::check_step_args(a, "deltanet_step");
     const dim3 grid(static_cast<unsigned>(a.n_v_heads));
     switch (a.d_k) {
         case 16:

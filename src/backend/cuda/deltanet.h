@@ -7,6 +7,7 @@
 // launch (pdl.cuh). Bad arguments abort with a message (internal invariants, not user input).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -65,5 +66,15 @@ struct DeltaNetStepArgs {
     int64_t out_stride = 0;
 };
 void deltanet_step(const DeltaNetStepArgs& args, cudaStream_t stream);
+
+// The same function over args.n_tok tokens in the chunked (WY) form for prompts, chunks of 64 tokens
+// (ref::gated_delta_rule_chunked; deltanet_chunk.cu): the intra-chunk triangular systems of every
+// (chunk, value head) in parallel, one sequential pass over the chunks per (value head, block of 32
+// state columns), then the outputs and the gated RMSNorm of every (chunk, head) in parallel. Three
+// PDL launches, graph-capturable. Same arguments, results equal to deltanet_step up to rounding.
+// scratch: deltanet_chunk_scratch_bytes(args.n_tok, n_v_heads, d_k) bytes of device memory (need not
+// be zeroed; overwritten; must not overlap the arguments' buffers).
+size_t deltanet_chunk_scratch_bytes(int64_t n_tok, int64_t n_v_heads, int64_t d);
+void deltanet_chunked(const DeltaNetStepArgs& args, void* scratch, cudaStream_t stream);
 
 }  // namespace pelican::cuda
