@@ -344,7 +344,9 @@ TEST(CudaDeltaNet, StepSmallHeads) {
 
 // The chunked form (chunks of 64): the calls cross chunk boundaries (130 = 64 + 64 + 2, 200) and
 // start from a state left by the earlier calls; same bounds as the step.
-std::vector<int> chunk_calls() { return {1, 63, test::cuda_test_size(130, 70), test::cuda_test_size(200, 24)}; }
+std::vector<int> chunk_calls() {
+    return {1, 63, test::cuda_test_size(130, 70), test::cuda_test_size(200, 24)};
+}
 
 TEST(CudaDeltaNet, ChunkedGroupedHeads128) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";

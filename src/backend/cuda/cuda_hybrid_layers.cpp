@@ -267,6 +267,15 @@ void CudaHybridForward::moe_slot_experts(const GpuHybridLayer& L, int n, int ko,
     gemv(L.moe.experts_down, d, stream_);
 }
 
+// PELICAN_MOE_MMA=0: grouped experts of prompt chunks through the GEMVs, not the tensor-core kernel.
+static bool moe_mma_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("PELICAN_MOE_MMA");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
 // Prompt chunks: the n x ko slots grouped by expert (moe_group_slots), the normed rows gathered per
 // group (xg_), then the expert GEMVs with 8 token rows per group, each chosen expert read once per
 // group: eactg_, eoutg_ rows = groups x 8 (slot s at row slot_row_[s]).
@@ -286,6 +295,31 @@ void CudaHybridForward::moe_grouped_experts(const GpuHybridLayer& L, int n, int 
     ga.row_slot = row_slot_;
     moe_group_slots(ga, stream_);
     moe_gather_rows(xn_, E, ko, row_slot_, group_expert_, rows, xg_, stream_);
+    if (moe_mma_enabled() && moe_mma_supported(L.moe.experts_gate_up, true, 2 * ff_e) &&
+        moe_mma_supported(L.moe.experts_down, false, E)) {  // tensor cores (Q4_0 stacks)
+        MoeMmaArgs m;
+        m.w = L.moe.experts_gate_up;
+        m.expert_rows = 2 * ff_e;
+        m.glu = true;
+        m.n_out = ff_e;
+        m.group_expert = group_expert_;
+        m.n_groups = groups;
+        m.x = xg_;
+        m.x_stride = E;
+        m.y = eactg_;
+        m.y_stride = ff_e;
+        moe_group_mma(m, stream_);
+        m.w = L.moe.experts_down;
+        m.expert_rows = E;
+        m.glu = false;
+        m.n_out = E;
+        m.x = eactg_;
+        m.x_stride = ff_e;
+        m.y = eoutg_;
+        m.y_stride = E;
+        moe_group_mma(m, stream_);
+        return;
+    }
     GemvArgs g;
     g.x = xg_;
     g.n_tok = kMoeGroupRows;

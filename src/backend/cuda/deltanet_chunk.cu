@@ -128,11 +128,11 @@ template <int D>
 __global__ void __launch_bounds__(kThreads) dn_prep_kernel(const DeltaNetStepArgs p, Scratch sc) {
     constexpr int LD = PrepCfg<D>::LD;
     extern __shared__ float smem[];
-    float* Ks = smem;                // [kC, LD]: k (normed), then beta k exp(gamma), then W
-    float* Vs = Ks + kC * LD;        // [kC, LD]: v, then beta v, then U
-    float* A = Vs + kC * LD;         // [kC, kLA]
-    float* gam = A + kC * kLA;       // [kC]
-    float* bet = gam + kC;           // [kC]
+    float* Ks = smem;           // [kC, LD]: k (normed), then beta k exp(gamma), then W
+    float* Vs = Ks + kC * LD;   // [kC, LD]: v, then beta v, then U
+    float* A = Vs + kC * LD;    // [kC, kLA]
+    float* gam = A + kC * kLA;  // [kC]
+    float* bet = gam + kC;      // [kC]
     const int tid = static_cast<int>(threadIdx.x);
     const int h = static_cast<int>(blockIdx.y), t0 = static_cast<int>(blockIdx.x) * kC;
     const int L = min(kC, p.n_tok - t0);
@@ -190,10 +190,10 @@ __global__ void __launch_bounds__(kThreads) dn_prep_kernel(const DeltaNetStepArg
 
 template <int D>
 struct StateCfg {
-    static constexpr int CB = D < 32 ? D : 32;       // state columns per CTA
-    static constexpr int RG = kThreads / CB;         // row groups (threads per column)
-    static constexpr int RV = (kC + RG - 1) / RG;    // v' rows per thread
-    static constexpr int RS = (D + RG - 1) / RG;     // state rows per thread
+    static constexpr int CB = D < 32 ? D : 32;     // state columns per CTA
+    static constexpr int RG = kThreads / CB;       // row groups (threads per column)
+    static constexpr int RV = (kC + RG - 1) / RG;  // v' rows per thread
+    static constexpr int RS = (D + RG - 1) / RG;   // state rows per thread
     static constexpr size_t smem = (size_t{D} * CB + 2 * size_t{kC} * D + size_t{kC} * CB) * sizeof(float);
 };
 
@@ -202,10 +202,10 @@ __global__ void __launch_bounds__(kThreads) dn_state_kernel(const DeltaNetStepAr
     using Cfg = StateCfg<D>;
     constexpr int CB = Cfg::CB, RG = Cfg::RG;
     extern __shared__ float smem[];
-    float* S = smem;            // [D, CB]: this CTA's columns of the state
-    float* W = S + D * CB;      // [kC, D]
-    float* Kd = W + kC * D;     // [kC, D]
-    float* Us = Kd + kC * D;    // [kC, CB]: U, then v'
+    float* S = smem;          // [D, CB]: this CTA's columns of the state
+    float* W = S + D * CB;    // [kC, D]
+    float* Kd = W + kC * D;   // [kC, D]
+    float* Us = Kd + kC * D;  // [kC, CB]: U, then v'
     const int tid = static_cast<int>(threadIdx.x);
     const int j = tid % CB, rg = tid / CB;
     const int h = static_cast<int>(blockIdx.x), j0 = static_cast<int>(blockIdx.y) * CB;
@@ -282,9 +282,9 @@ __global__ void __launch_bounds__(kThreads) dn_state_kernel(const DeltaNetStepAr
 
 template <int D>
 struct OutCfg {
-    static constexpr int LD = D + 1;            // padded row stride of K
-    static constexpr int RG = kThreads / D;     // row groups (threads per output column)
-    static constexpr int RO = kC / RG;          // output rows per thread
+    static constexpr int LD = D + 1;         // padded row stride of K
+    static constexpr int RG = kThreads / D;  // row groups (threads per output column)
+    static constexpr int RO = kC / RG;       // output rows per thread
     static constexpr size_t smem =
         (size_t{kC} * D + size_t{kC} * LD + size_t{kC} * kLA + size_t{kC} * D + kC) * sizeof(float);
     static_assert(kThreads % D == 0 && kC % RG == 0, "unsupported head width");
@@ -295,11 +295,11 @@ __global__ void __launch_bounds__(kThreads) dn_out_kernel(const DeltaNetStepArgs
     using Cfg = OutCfg<D>;
     constexpr int LD = Cfg::LD, RG = Cfg::RG;
     extern __shared__ float smem[];
-    float* Qs = smem;             // [kC, D]: q (normed, scaled)
-    float* Ks = Qs + kC * D;      // [kC, LD]: k (normed), then the raw outputs o [kC, D]
-    float* P = Ks + kC * LD;      // [kC, kLA]
-    float* Vn = P + kC * kLA;     // [kC, D]: v'
-    float* gam = Vn + kC * D;     // [kC]
+    float* Qs = smem;          // [kC, D]: q (normed, scaled)
+    float* Ks = Qs + kC * D;   // [kC, LD]: k (normed), then the raw outputs o [kC, D]
+    float* P = Ks + kC * LD;   // [kC, kLA]
+    float* Vn = P + kC * kLA;  // [kC, D]: v'
+    float* gam = Vn + kC * D;  // [kC]
     const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
     const int j = tid % D, rg = tid / D;
     const int h = static_cast<int>(blockIdx.y), c = static_cast<int>(blockIdx.x), t0 = c * kC;
@@ -313,8 +313,7 @@ __global__ void __launch_bounds__(kThreads) dn_out_kernel(const DeltaNetStepArgs
     for (int idx = tid; idx < (kC - L) * D; idx += kThreads) Qs[L * D + idx] = 0.0f;
     load_rows<D>(p, cl, t0, L, int64_t{cl.kh} * D, Qs, D, true, q_scale);
     load_rows<D>(p, cl, t0, L, cl.key_dim + int64_t{cl.kh} * D, Ks, LD, true, 1.0f);
-    for (int idx = tid; idx < L * D; idx += kThreads)
-        Vn[idx] = sc.u[((t0 + idx / D) * nv + h) * D + idx % D];
+    for (int idx = tid; idx < L * D; idx += kThreads) Vn[idx] = sc.u[((t0 + idx / D) * nv + h) * D + idx % D];
     if (tid < L) gam[tid] = sc.gam[(t0 + tid) * nv + h];
     __syncthreads();
     // P[i][t] = (q_i . k_t) exp(gamma_i - gamma_t), t <= i: q_i is a broadcast (one i per warp), k_t a
@@ -371,7 +370,8 @@ __global__ void __launch_bounds__(kThreads) dn_out_kernel(const DeltaNetStepArgs
         for (int a = lane; a < D; a += 32) {
             const float z = p.z[(t0 + i) * cl.z_stride + int64_t{h} * D + a];
             const float silu_z = z / (1.0f + expf(-z));
-            p.out[(t0 + i) * cl.out_stride + int64_t{h} * D + a] = p.norm_w[a] * (O[i * D + a] * inv) * silu_z;
+            p.out[(t0 + i) * cl.out_stride + int64_t{h} * D + a] =
+                p.norm_w[a] * (O[i * D + a] * inv) * silu_z;
         }
     }
 }
@@ -383,7 +383,8 @@ void set_smem(Kernel k, size_t bytes, unsigned& configured) {
     int dev = 0;
     PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
     if (dev < 32 && (__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & (1u << dev))) return;
-    PELICAN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    PELICAN_CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     if (dev < 32) __atomic_fetch_or(&configured, 1u << dev, __ATOMIC_RELEASE);
 }
 
