@@ -1,6 +1,6 @@
-// moe_group_mma (moe_mma.cu): the tensor-core grouped expert matmul of prompt chunks (Q4_0 stacks)
-// against a double reference on the same f16 inputs: W dequantized by core/dequantize (q * d exactly
-// in fp32, then rounded to f16, as the kernel's one rounding), x rounded to f16. What remains is the
+// moe_group_mma (moe_mma.cu): the tensor-core grouped expert matmul of prompt chunks (Q4_0 and Q4_K
+// stacks) against a double reference on the same f16 inputs: W dequantized by core/dequantize (the
+// fp32 values, then rounded to f16, as the kernel does), x rounded to f16. What remains is the
 // fp32 accumulation of the mma: |err| <= (n_in / 16 + 16) 2^-22 sum |w x| per dot product (a loose
 // bound for the tensor cores' fp32 sums; an indexing or nibble-order slip is O(1) of the value).
 // glu outputs silu(g) u get |silu'(g)| |u| tol_g + |silu(g)| tol_u. Rows of unused groups and the
@@ -45,26 +45,27 @@ std::vector<T> from_device(const void* p, size_t n) {
 float to_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
 
 struct MmaCase {
+    DType type;
     int64_t n_in, n_out;  // outputs per token row (glu: gate rows = up rows = n_out)
     bool glu;
     int n_exp, n_groups;
 };
 
-void check_mma(Rng& rng, const MmaCase& c) {
-    SCOPED_TRACE("n_in " + std::to_string(c.n_in) + " n_out " + std::to_string(c.n_out) +
-                 (c.glu ? " glu" : " plain"));
+void check_mma(Rng& rng, const MmaCase& c, bool quantized = false) {
+    SCOPED_TRACE(std::string(dtype_name(c.type)) + " n_in " + std::to_string(c.n_in) + " n_out " +
+                 std::to_string(c.n_out) + (c.glu ? " glu" : " plain"));
     const int64_t expert_rows = c.glu ? 2 * c.n_out : c.n_out;
-    const test::RandomMatrix m = test::random_matrix(rng, DType::Q4_0, c.n_in, c.n_exp * expert_rows, false);
-    const int64_t rb = static_cast<int64_t>(*dtype_row_bytes(DType::Q4_0, static_cast<uint64_t>(c.n_in)));
+    const test::RandomMatrix m = test::random_matrix(rng, c.type, c.n_in, c.n_exp * expert_rows, quantized);
+    const int64_t rb = static_cast<int64_t>(*dtype_row_bytes(c.type, static_cast<uint64_t>(c.n_in)));
     cuda::HostRows hr{m.bytes.data(), static_cast<size_t>(rb), m.n_out};
     cuda::GpuMatrix gm;
     const char* err = nullptr;
-    ASSERT_TRUE(cuda::upload_matrix(DType::Q4_0, c.n_in, &hr, 1, gm, nullptr, &err)) << err;
+    ASSERT_TRUE(cuda::upload_matrix(c.type, c.n_in, &hr, 1, gm, nullptr, &err)) << err;
     ASSERT_TRUE(cuda::moe_mma_supported(gm, c.glu, expert_rows));
     // Reference weights: the f16 values the kernel multiplies.
     std::vector<float> w(static_cast<size_t>(m.n_out * c.n_in));
     for (int64_t r = 0; r < m.n_out; ++r)
-        ASSERT_TRUE(dequantize_row(DType::Q4_0, m.bytes.data() + r * rb, w.data() + r * c.n_in, c.n_in).ok());
+        ASSERT_TRUE(dequantize_row(c.type, m.bytes.data() + r * rb, w.data() + r * c.n_in, c.n_in).ok());
     for (float& v : w) v = to_f16(v);
 
     // Groups: unused ones (-1) in the middle and at the end, one id past the stack (reads expert 0).
@@ -143,25 +144,38 @@ void check_mma(Rng& rng, const MmaCase& c) {
         }
     }
     EXPECT_EQ(bad, 0);
-    std::printf("moe_group_mma n_in %lld n_out %lld %s, %d groups: max |err| / tol %.4f\n",
-                static_cast<long long>(c.n_in), static_cast<long long>(c.n_out), c.glu ? "glu" : "plain",
-                c.n_groups, worst);
+    std::printf("moe_group_mma %s n_in %lld n_out %lld %s, %d groups: max |err| / tol %.4f\n",
+                std::string(dtype_name(c.type)).c_str(), static_cast<long long>(c.n_in),
+                static_cast<long long>(c.n_out), c.glu ? "glu" : "plain", c.n_groups, worst);
     cuda::free_matrix(gm);
 }
 
 TEST(CudaMoeMma, PlainRows) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
-    check_mma(rng, {128, 16, false, 3, 5});    // one warp of rows
-    check_mma(rng, {384, 272, false, 4, 7});   // two CTAs of rows, the second one partly used
-    check_mma(rng, {512, 2048, false, 5, 6});  // Qwen3.5-35B expert down (n_in = ff 512)
+    check_mma(rng, {DType::Q4_0, 128, 16, false, 3, 5});    // one warp of rows
+    check_mma(rng, {DType::Q4_0, 384, 272, false, 4, 7});   // two CTAs of rows, the second one partly used
+    check_mma(rng, {DType::Q4_0, 512, 2048, false, 5, 6});  // Qwen3.5-35B expert down (n_in = ff 512)
+    check_mma(rng, {DType::Q4_K, 256, 16, false, 3, 5});
+    check_mma(rng, {DType::Q4_K, 768, 272, false, 4, 7});  // 3 super-blocks: the scale pairs of units 0..11
+    check_mma(rng, {DType::Q4_K, 512, 2048, false, 5, 6});
 }
 
 TEST(CudaMoeMma, GluRows) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
-    check_mma(rng, {256, 48, true, 5, 9});
-    check_mma(rng, {2048, 512, true, 3, test::cuda_test_size(12, 5)});  // Qwen3.5-35B expert gate/up
+    check_mma(rng, {DType::Q4_0, 256, 48, true, 5, 9});
+    check_mma(rng, {DType::Q4_0, 2048, 512, true, 3, test::cuda_test_size(12, 5)});  // Qwen3.5-35B gate/up
+    check_mma(rng, {DType::Q4_K, 256, 48, true, 5, 9});
+    check_mma(rng, {DType::Q4_K, 2048, 512, true, 3, test::cuda_test_size(12, 5)});
+}
+
+// Realistic quantized codes (the reference quantizer on N(0, 1/sqrt(n_in)) weights) for both types.
+TEST(CudaMoeMma, QuantizedWeights) {
+    if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
+    Rng rng;
+    check_mma(rng, {DType::Q4_0, 512, 64, true, 4, 6}, true);
+    check_mma(rng, {DType::Q4_K, 512, 64, true, 4, 6}, true);
 }
 
 }  // namespace

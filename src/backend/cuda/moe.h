@@ -88,12 +88,13 @@ void moe_group_slots(const MoeGroupArgs& a, cudaStream_t stream);
 void moe_gather_rows(const float* x, int64_t n, int x_div, const int32_t* row_slot,
                      const int32_t* group_expert, int64_t n_rows, float* y, cudaStream_t stream);
 
-// Grouped expert matmul on tensor cores (moe_mma.cu) for prompt chunks, Q4_0 expert stacks: per group g
-// with e = group_expert[g] >= 0 (the groups of moe_group_slots), for its kMoeGroupRows token rows
-// r = g * 8 + i of x:
+// Grouped expert matmul on tensor cores (moe_mma.cu) for prompt chunks, Q4_0 and Q4_K expert stacks: per
+// group g with e = group_expert[g] >= 0 (the groups of moe_group_slots), for its kMoeGroupRows token rows r =
+// g * 8 + i of x:
 //   glu:  y[r, j] = silu(W[e * expert_rows + j] . x_r) * (W[e * expert_rows + n_out + j] . x_r), j < n_out
 //   else: y[r, j] = W[e * expert_rows + j] . x_r,  j < n_out (= expert_rows)
-// x rounds to f16 and W dequantizes to f16 (one rounding of (q - 8) d), products summed in fp32 by
+// x rounds to f16 and W dequantizes to f16 (Q4_0: one rounding of (q - 8) d; Q4_K: dequantize_matrix's
+// fp32 value rounded to f16), products summed in fp32 by
 // mma.sync m16n8k16. Rows of groups with e < 0 are not written; e >= the stack's expert count reads
 // expert 0 (as the expert GEMVs). The same results as the grouped expert GEMVs up to rounding.
 struct MoeMmaArgs {
@@ -109,7 +110,7 @@ struct MoeMmaArgs {
     int64_t y_stride = 0;
     int n_experts = 0;  // set by moe_group_mma (w.n_out / expert_rows)
 };
-// Q4_0, n_in a multiple of 128 (and at most ~12K), outputs per expert a multiple of 16.
+// Q4_0 or Q4_K, n_in a multiple of 128 (and at most ~12K), outputs per expert a multiple of 16.
 bool moe_mma_supported(const GpuMatrix& w, bool glu, int64_t expert_rows);
 void moe_group_mma(const MoeMmaArgs& a, cudaStream_t stream);  // aborts on unsupported arguments
 

@@ -1,4 +1,5 @@
-// Grouped expert matmul on tensor cores for prompt chunks (moe.h: moe_group_mma), Q4_0 expert stacks.
+// Grouped expert matmul on tensor cores for prompt chunks (moe.h: moe_group_mma), Q4_0 and Q4_K expert
+// stacks.
 //
 // CTA = one group (kMoeGroupRows = 8 token rows of one expert) x kRowsPerCta output rows; 8 warps,
 // 16 output rows each (glu: 16 gate rows and the 16 matching up rows). mma.sync m16n8k16 (f16 in,
@@ -16,14 +17,22 @@
 // block b + t); each block's 256 halves are followed by 16 halves of padding so that the 16 lanes of
 // a half-warp hit distinct bank pairs.
 //
-// Dequantization: (q - 8) * d in f16 = one rounding of the exact product, as dequantize_matrix to
-// F16 (the dense prompt GEMMs' weights); x rounds to f16 as PrefillMatmul's activations do.
+// Q4_K: a "block" of the loop above is 16 quant bytes of one plane (gemv_params.cuh: plane 0 holds
+// bytes 0..15, plane 1 bytes 16..31 of each 64-value unit u; byte j's low nibble is value j of the
+// unit's first 32 (scale / min pair 0), its high nibble value 32 + j (pair 1)), so block 2u + pl's
+// value v (< 32) is x column 64 u + 32 (v / 16) + 16 pl + v % 16; the staging of x follows that map.
+//
+// Dequantization: Q4_0 (q - 8) * d in f16 = one rounding of the exact product; Q4_K the fp32 value of
+// dequantize_matrix (d sc q - dmin m, separate roundings) rounded to f16: both equal the f16 weights
+// of the dense prompt GEMMs (dequantize_matrix to F16); x rounds to f16 as PrefillMatmul's does.
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv_traits.cuh"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/pdl.cuh"
 
@@ -46,28 +55,6 @@ __device__ __forceinline__ uint32_t q4_pair(uint32_t v, __half2 d) {
     return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// The A fragment of step s for rows (g, g + 8): quant words wa, wb (word s & 3), scales da, db.
-__device__ __forceinline__ void a_frag(uint32_t wa, uint32_t wb, __half2 da, __half2 db, bool hi,
-                                       uint32_t (&a)[4]) {
-    // values 4s + {0, 1} -> bits [0,4) / [16,20); values 4s + {2, 3} likewise
-    uint32_t a01, a23, b01, b23;
-    if (hi) {
-        a01 = ((wa >> 4) & 0xfu) | ((wa << 4) & 0xf0000u);
-        a23 = ((wa >> 20) & 0xfu) | ((wa >> 12) & 0xf0000u);
-        b01 = ((wb >> 4) & 0xfu) | ((wb << 4) & 0xf0000u);
-        b23 = ((wb >> 20) & 0xfu) | ((wb >> 12) & 0xf0000u);
-    } else {
-        a01 = (wa & 0xfu) | ((wa & 0xf00u) << 8);
-        a23 = ((wa >> 16) & 0xfu) | ((wa >> 8) & 0xf0000u);
-        b01 = (wb & 0xfu) | ((wb & 0xf00u) << 8);
-        b23 = ((wb >> 16) & 0xfu) | ((wb >> 8) & 0xf0000u);
-    }
-    a[0] = q4_pair(a01, da);  // row g,     k 2t, 2t+1
-    a[1] = q4_pair(b01, db);  // row g + 8, k 2t, 2t+1
-    a[2] = q4_pair(a23, da);  // row g,     k 2t+8, 2t+9
-    a[3] = q4_pair(b23, db);  // row g + 8, k 2t+8, 2t+9
-}
-
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -76,47 +63,160 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
 }
 
-struct RowPair {  // rows g and g + 8 of one 16-row tile: quant and scale row pointers
-    const uint4* qa;
-    const uint4* qb;
-    const unsigned short* sa;
-    const unsigned short* sb;
-};
+// ---- per-type access: Rows (pointers of rows g and g + 8), Blk (one lane's block of both rows),
+// load(rows, b), frag(blk, s, a) (step s's A fragment), stage(c, blk, step) (where x values 4c .. 4c + 3
+// go: block blk, step = value / 4 inside it) ----
 
-__device__ __forceinline__ RowPair row_pair(const MoeMmaArgs& p, int64_t row) {
-    const auto* q = static_cast<const uint8_t*>(p.w.data) + p.w.off[0];
-    const auto* s = static_cast<const uint8_t*>(p.w.data) + p.w.off[1];
-    RowPair r;
-    r.qa = reinterpret_cast<const uint4*>(q + row * p.w.stride[0]);
-    r.qb = reinterpret_cast<const uint4*>(q + (row + 8) * p.w.stride[0]);
-    r.sa = reinterpret_cast<const unsigned short*>(s + row * p.w.stride[1]);
-    r.sb = reinterpret_cast<const unsigned short*>(s + (row + 8) * p.w.stride[1]);
-    return r;
+__device__ __forceinline__ const uint8_t* plane_row(const MoeMmaArgs& p, int k, int64_t row) {
+    return static_cast<const uint8_t*>(p.w.data) + p.w.off[k] + row * p.w.stride[k];
 }
 
-struct Blk {  // one lane's block of rows g and g + 8
-    uint4 qa, qb;
-    unsigned short sa, sb;
-};
-
-__device__ __forceinline__ Blk load_blk(const RowPair& r, int b) {
-    return {__ldg(r.qa + b), __ldg(r.qb + b), __ldg(r.sa + b), __ldg(r.sb + b)};
-}
-
-__device__ __forceinline__ void mma_blk(const Blk& w, const __half* xb, float (&c)[4]) {
-    const __half2 da = __half2half2(__ushort_as_half(w.sa)), db = __half2half2(__ushort_as_half(w.sb));
-    const uint32_t qa[4] = {w.qa.x, w.qa.y, w.qa.z, w.qa.w}, qb[4] = {w.qb.x, w.qb.y, w.qb.z, w.qb.w};
-#pragma unroll
-    for (int s = 0; s < 8; ++s) {
-        uint32_t a[4];
-        a_frag(qa[s & 3], qb[s & 3], da, db, s >= 4, a);
-        const uint2 b = *reinterpret_cast<const uint2*>(xb + s * 32);
-        mma16816(c, a, b);
+// Nibbles (hi: the high ones) of bytes 0, 1 and 2, 3 of w at bits [0, 4) and [16, 20) of two words.
+__device__ __forceinline__ void nibble_pairs(uint32_t w, bool hi, uint32_t& p01, uint32_t& p23) {
+    if (hi) {
+        p01 = ((w >> 4) & 0xfu) | ((w << 4) & 0xf0000u);
+        p23 = ((w >> 20) & 0xfu) | ((w >> 12) & 0xf0000u);
+    } else {
+        p01 = (w & 0xfu) | ((w & 0xf00u) << 8);
+        p23 = ((w >> 16) & 0xfu) | ((w >> 8) & 0xf0000u);
     }
 }
 
-template <bool GLU>
-__global__ void __launch_bounds__(kThreads) moe_mma_q4_0_kernel(const MoeMmaArgs p) {
+struct MmaQ4_0 {
+    struct Rows {
+        const uint4* qa;
+        const uint4* qb;
+        const unsigned short* sa;
+        const unsigned short* sb;
+    };
+    struct Blk {
+        uint4 qa, qb;
+        unsigned short sa, sb;
+    };
+    __device__ static Rows rows(const MoeMmaArgs& p, int64_t row) {
+        return {reinterpret_cast<const uint4*>(plane_row(p, 0, row)),
+                reinterpret_cast<const uint4*>(plane_row(p, 0, row + 8)),
+                reinterpret_cast<const unsigned short*>(plane_row(p, 1, row)),
+                reinterpret_cast<const unsigned short*>(plane_row(p, 1, row + 8))};
+    }
+    __device__ static Blk load(const Rows& r, int b) {
+        return {__ldg(r.qa + b), __ldg(r.qb + b), __ldg(r.sa + b), __ldg(r.sb + b)};
+    }
+    struct Scales {
+        __half2 da, db;
+    };
+    __device__ static Scales scales(const Blk& w) {
+        return {__half2half2(__ushort_as_half(w.sa)), __half2half2(__ushort_as_half(w.sb))};
+    }
+    __device__ static void frag(const Blk& w, const Scales& sc, int s, uint32_t (&a)[4]) {
+        const uint32_t qa[4] = {w.qa.x, w.qa.y, w.qa.z, w.qa.w}, qb[4] = {w.qb.x, w.qb.y, w.qb.z, w.qb.w};
+        uint32_t a01, a23, b01, b23;
+        nibble_pairs(qa[s & 3], s >= 4, a01, a23);
+        nibble_pairs(qb[s & 3], s >= 4, b01, b23);
+        a[0] = q4_pair(a01, sc.da);  // row g,     k 2t, 2t+1
+        a[1] = q4_pair(b01, sc.db);  // row g + 8, k 2t, 2t+1
+        a[2] = q4_pair(a23, sc.da);  // row g,     k 2t+8, 2t+9
+        a[3] = q4_pair(b23, sc.db);  // row g + 8, k 2t+8, 2t+9
+    }
+    __device__ static void stage(int c, int& blk, int& step) {
+        blk = c / 8;  // 32 values = 8 quads per block, value 4 (c % 8)
+        step = c % 8;
+    }
+};
+
+struct MmaQ4_K {
+    struct Rows {
+        const uint8_t* qa[2];  // row g: planes 0, 1 (selected with a ternary: no local-memory array)
+        const uint8_t* qb[2];  // row g + 8
+        const uint4* ha;
+        const uint4* hb;
+    };
+    struct Blk {
+        uint4 qa, qb, ha, hb;  // quants of rows g, g + 8 (this block's plane), their super-block headers
+    };
+    __device__ static Rows rows(const MoeMmaArgs& p, int64_t row) {
+        return {{plane_row(p, 0, row), plane_row(p, 1, row)},
+                {plane_row(p, 0, row + 8), plane_row(p, 1, row + 8)},
+                reinterpret_cast<const uint4*>(plane_row(p, 2, row)),
+                reinterpret_cast<const uint4*>(plane_row(p, 2, row + 8))};
+    }
+    __device__ static Blk load(const Rows& r, int b) {
+        const int u = b >> 1;
+        const uint8_t* qa = (b & 1) ? r.qa[1] : r.qa[0];
+        const uint8_t* qb = (b & 1) ? r.qb[1] : r.qb[0];
+        return {__ldg(reinterpret_cast<const uint4*>(qa) + u), __ldg(reinterpret_cast<const uint4*>(qb) + u),
+                __ldg(r.ha + u / 4), __ldg(r.hb + u / 4)};
+    }
+    struct Scales {
+        float dl[2][2], ml[2][2];  // [row g / g + 8][scale pair]: d sc and dmin m
+        int u;
+    };
+    __device__ static void pair_scales(const uint4& h, int u, float (&dl)[2], float (&ml)[2]) {
+        int sc0, m0, sc1, m1;
+        detail::q4k_scale_min(h.y, h.z, h.w, u & 3, sc0, m0, sc1, m1);
+        const float d = detail::half_bits_to_float(h.x), dmin = detail::half_bits_to_float(h.x >> 16);
+        dl[0] = __fmul_rn(d, static_cast<float>(sc0));
+        dl[1] = __fmul_rn(d, static_cast<float>(sc1));
+        ml[0] = __fmul_rn(dmin, static_cast<float>(m0));
+        ml[1] = __fmul_rn(dmin, static_cast<float>(m1));
+    }
+    // Needs the block index for the unit's position in its super-block: scales(w, b).
+    __device__ static Scales scales(const Blk& w, int b) {
+        Scales s;
+        s.u = b >> 1;
+        pair_scales(w.ha, s.u, s.dl[0], s.ml[0]);
+        pair_scales(w.hb, s.u, s.dl[1], s.ml[1]);
+        return s;
+    }
+    __device__ static uint32_t h2(float lo, float hi) {
+        const __half2 r = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<const uint32_t*>(&r);
+    }
+    // Values q of byte k's nibble (hi) of w, dequantized: d sc q - dmin m in fp32 (no contraction).
+    __device__ static float val(uint32_t w, int k, bool hi, float dl, float ml) {
+        const uint32_t q = (w >> (8 * k + (hi ? 4 : 0))) & 15u;
+        return __fsub_rn(__fmul_rn(dl, static_cast<float>(q)), ml);
+    }
+    __device__ static void frag(const Blk& w, const Scales& sc, int s, uint32_t (&a)[4]) {
+        const uint32_t qa[4] = {w.qa.x, w.qa.y, w.qa.z, w.qa.w}, qb[4] = {w.qb.x, w.qb.y, w.qb.z, w.qb.w};
+        const bool hi = s >= 4;
+        const int pr = hi ? 1 : 0;
+        const uint32_t wa = qa[s & 3], wb = qb[s & 3];
+        const float dla = sc.dl[0][pr], mla = sc.ml[0][pr], dlb = sc.dl[1][pr], mlb = sc.ml[1][pr];
+        a[0] = h2(val(wa, 0, hi, dla, mla), val(wa, 1, hi, dla, mla));
+        a[1] = h2(val(wb, 0, hi, dlb, mlb), val(wb, 1, hi, dlb, mlb));
+        a[2] = h2(val(wa, 2, hi, dla, mla), val(wa, 3, hi, dla, mla));
+        a[3] = h2(val(wb, 2, hi, dlb, mlb), val(wb, 3, hi, dlb, mlb));
+    }
+    __device__ static void stage(int c, int& blk, int& step) {
+        const int col = 4 * c, u = col / 64, r = col % 64, hi = r / 32, pl = (r % 32) / 16, j = r % 16;
+        blk = 2 * u + pl;
+        step = (16 * hi + j) / 4;  // value v = 16 hi + j of the block
+    }
+};
+
+template <typename T>
+__device__ __forceinline__ typename T::Scales scales_of(const typename T::Blk& w, int b) {
+    if constexpr (std::is_same_v<T, MmaQ4_K>)
+        return T::scales(w, b);
+    else
+        return T::scales(w);
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_blk(const typename T::Blk& w, int b, const __half* xb, float (&c)[4]) {
+    const typename T::Scales sc = scales_of<T>(w, b);
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        uint32_t a[4];
+        T::frag(w, sc, s, a);
+        const uint2 bx = *reinterpret_cast<const uint2*>(xb + s * 32);
+        mma16816(c, a, bx);
+    }
+}
+
+template <typename T, bool GLU>
+__global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs p) {
     extern __shared__ __align__(16) __half xs[];  // [n_in / 32 blocks][kBlkHalves]
     const int grp = static_cast<int>(blockIdx.y);
     pdl_wait();  // group_expert and x come from earlier kernels; y may be read by earlier ones
@@ -132,7 +232,9 @@ __global__ void __launch_bounds__(kThreads) moe_mma_q4_0_kernel(const MoeMmaArgs
     for (int i = tid; i < kMoeGroupRows * quads; i += kThreads) {
         const int tok = i / quads, c = i % quads;  // values 4c .. 4c + 3 of token tok
         const float4 v = *reinterpret_cast<const float4*>(x + static_cast<int64_t>(tok) * p.x_stride + 4 * c);
-        __half2* d = reinterpret_cast<__half2*>(xs + (c / 8) * kBlkHalves + (c % 8) * 32 + tok * 4);
+        int blk, step;
+        T::stage(c, blk, step);
+        __half2* d = reinterpret_cast<__half2*>(xs + blk * kBlkHalves + step * 32 + tok * 4);
         d[0] = __floats2half2_rn(v.x, v.y);
         d[1] = __floats2half2_rn(v.z, v.w);
     }
@@ -142,22 +244,22 @@ __global__ void __launch_bounds__(kThreads) moe_mma_q4_0_kernel(const MoeMmaArgs
     if (r0 >= p.n_out) return;                                                        // no barrier below
     const int g = lane >> 2, t = lane & 3;
     const int64_t base = static_cast<int64_t>(e) * p.expert_rows + r0 + g;
-    const RowPair ra = row_pair(p, base);
-    RowPair rb{};
-    if constexpr (GLU) rb = row_pair(p, base + p.n_out);  // the up rows: n_half = n_out rows later
+    const typename T::Rows ra = T::rows(p, base);
+    typename T::Rows rb{};
+    if constexpr (GLU) rb = T::rows(p, base + p.n_out);  // the up rows: n_half = n_out rows later
     float ca[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    Blk wa = load_blk(ra, t), wb{};
-    if constexpr (GLU) wb = load_blk(rb, t);
+    typename T::Blk wa = T::load(ra, t), wb{};
+    if constexpr (GLU) wb = T::load(rb, t);
     for (int b0 = 0; b0 < n_blk; b0 += 4) {
-        Blk na{}, nb{};
+        typename T::Blk na{}, nb{};
         const bool more = b0 + 4 < n_blk;
         if (more) {  // next iteration's weights in flight during this one's mma
-            na = load_blk(ra, b0 + 4 + t);
-            if constexpr (GLU) nb = load_blk(rb, b0 + 4 + t);
+            na = T::load(ra, b0 + 4 + t);
+            if constexpr (GLU) nb = T::load(rb, b0 + 4 + t);
         }
         const __half* xb = xs + (b0 + t) * kBlkHalves + g * 4;
-        mma_blk(wa, xb, ca);
-        if constexpr (GLU) mma_blk(wb, xb, cb);
+        mma_blk<T>(wa, b0 + t, xb, ca);
+        if constexpr (GLU) mma_blk<T>(wb, b0 + t, xb, cb);
         wa = na;
         if constexpr (GLU) wb = nb;
     }
@@ -178,27 +280,26 @@ size_t smem_bytes(int64_t n_in) { return static_cast<size_t>(n_in / 32) * kBlkHa
     std::abort();
 }
 
-template <bool GLU>
+template <typename T, bool GLU>
 void launch(const MoeMmaArgs& a, cudaStream_t stream) {
     static unsigned configured = 0;  // bit per device id (< 32)
     int dev = 0;
     PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
     if (dev >= 32 || !(__atomic_load_n(&configured, __ATOMIC_ACQUIRE) & (1u << dev))) {
-        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(moe_mma_q4_0_kernel<GLU>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(kMaxSmem)));
+        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(
+            moe_mma_kernel<T, GLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxSmem)));
         if (dev < 32) __atomic_fetch_or(&configured, 1u << dev, __ATOMIC_RELEASE);
     }
     const dim3 grid(static_cast<unsigned>((a.n_out + kRowsPerCta - 1) / kRowsPerCta),
                     static_cast<unsigned>(a.n_groups));
-    launch_pdl(moe_mma_q4_0_kernel<GLU>, grid, dim3(kThreads), smem_bytes(a.w.n_in), stream, a);
+    launch_pdl(moe_mma_kernel<T, GLU>, grid, dim3(kThreads), smem_bytes(a.w.n_in), stream, a);
 }
 
 }  // namespace
 
 bool moe_mma_supported(const GpuMatrix& w, bool glu, int64_t expert_rows) {
     const int64_t n_out = glu ? expert_rows / 2 : expert_rows;
-    return w.type == DType::Q4_0 && w.data != nullptr && w.n_in % 128 == 0 &&
+    return (w.type == DType::Q4_0 || w.type == DType::Q4_K) && w.data != nullptr && w.n_in % 128 == 0 &&
            smem_bytes(w.n_in) <= kMaxSmem && expert_rows > 0 && (!glu || expert_rows % 2 == 0) &&
            n_out % kRowsPerWarp == 0 && w.n_out % expert_rows == 0;
 }
@@ -207,17 +308,23 @@ void moe_group_mma(const MoeMmaArgs& args, cudaStream_t stream) {
     if (args.n_groups <= 0) return;
     MoeMmaArgs a = args;
     if (!moe_mma_supported(a.w, a.glu, a.expert_rows))
-        mma_fail("unsupported matrix (Q4_0, n_in % 128, rows % 16)");
+        mma_fail("unsupported matrix (Q4_0 / Q4_K, n_in % 128, rows % 16)");
     if (!a.group_expert || !a.x || !a.y) mma_fail("null pointer");
     if (a.x_stride < a.w.n_in || a.y_stride < a.n_out) mma_fail("row stride below the row width");
     if (a.n_out != (a.glu ? a.expert_rows / 2 : a.expert_rows)) mma_fail("n_out does not match expert_rows");
     if (a.x_stride % 4 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0)
         mma_fail("x rows not 16-byte aligned");
     a.n_experts = static_cast<int>(a.w.n_out / a.expert_rows);
-    if (a.glu)
-        launch<true>(a, stream);
-    else
-        launch<false>(a, stream);
+    if (a.w.type == DType::Q4_K) {
+        if (a.glu)
+            launch<MmaQ4_K, true>(a, stream);
+        else
+            launch<MmaQ4_K, false>(a, stream);
+    } else if (a.glu) {
+        launch<MmaQ4_0, true>(a, stream);
+    } else {
+        launch<MmaQ4_0, false>(a, stream);
+    }
 }
 
 }  // namespace pelican::cuda
