@@ -33,6 +33,7 @@
 #include "backend/cuda/gpu_matrix.h"
 #include "ops/act_quant.h"
 #include "ops/ops.h"
+#include "cuda_test_buffers.h"
 #include "cuda_test_util.h"
 #include "ops_test_util.h"
 
@@ -40,7 +41,9 @@ namespace pelican {
 namespace {
 
 using cuda::DeviceBuffer;
+using test::from_device;
 using test::Rng;
+using test::to_device;
 
 #define SKIP_WITHOUT_GPU()                \
     if (!cuda::gpu_available()) {         \
@@ -52,24 +55,6 @@ constexpr double kU = 1.0 / 16777216.0;  // 2^-24
 
 bool is_quant(DType t) {
     return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
-}
-
-template <typename T>
-DeviceBuffer to_device(const std::vector<T>& v) {
-    DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));
-    EXPECT_TRUE(b.ok());
-    if (!v.empty()) {
-        EXPECT_EQ(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-    return b;
-}
-
-template <typename T>
-std::vector<T> from_device(const DeviceBuffer& b, size_t n) {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
 }
 
 int64_t row_bytes(DType t, int64_t n_in) {

@@ -17,6 +17,7 @@
 #include "backend/cuda/moe.h"
 #include "core/dequantize.h"
 #include "core/float_convert.h"
+#include "cuda_test_buffers.h"
 #include "cuda_test_util.h"
 #include "ops_test_util.h"
 
@@ -24,23 +25,9 @@ namespace pelican {
 namespace {
 
 using cuda::DeviceBuffer;
+using test::from_device;
 using test::Rng;
-
-template <typename T>
-DeviceBuffer to_device(const std::vector<T>& v) {
-    DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));
-    EXPECT_TRUE(b.ok());
-    EXPECT_EQ(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    return b;
-}
-
-template <typename T>
-std::vector<T> from_device(const void* p, size_t n) {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-}
+using test::to_device;
 
 float to_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
 

@@ -34,6 +34,7 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gpu_matrix.h"
 #include "backend/cuda/moe.h"
+#include "cuda_test_buffers.h"
 #include "cuda_test_util.h"
 #include "ops/ops_qwen35.h"
 #include "ops_test_util.h"
@@ -42,7 +43,9 @@ namespace pelican {
 namespace {
 
 using cuda::DeviceBuffer;
+using test::from_device;
 using test::Rng;
+using test::to_device;
 
 #define SKIP_WITHOUT_GPU()                \
     if (!cuda::gpu_available()) {         \
@@ -51,24 +54,6 @@ using test::Rng;
     static_assert(true, "")
 
 constexpr double kU = 1.0 / 16777216.0;  // 2^-24
-
-template <typename T>
-DeviceBuffer to_device(const std::vector<T>& v) {
-    DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));
-    EXPECT_TRUE(b.ok());
-    if (!v.empty()) {
-        EXPECT_EQ(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-    return b;
-}
-
-template <typename T>
-std::vector<T> from_device(const void* p, size_t n) {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-}
 
 template <typename T>
 void copy_to(const DeviceBuffer& b, const std::vector<T>& v) {
