@@ -4,8 +4,8 @@
 #
 #   tools/gpu/hybrid_check.sh [PHASE...]     phases: build test sanitize models bench peer table big [ab]
 #
-#   test      the hybrid GPU tests (cuda_deltanet, cuda_moe, cuda_hybrid_golden) and the ops they use
-#             (elementwise, attention)
+#   test      the hybrid GPU tests (cuda_deltanet, cuda_moe, cuda_moe_mma, cuda_hybrid_golden) and the ops
+#             they use (elementwise, attention)
 #   sanitize  compute-sanitizer memcheck + racecheck on cuda_deltanet_test and cuda_moe_test (small mode)
 #   models    Qwen3.5-35B-A3B-shaped GGUFs (tools/configs/qwen3.5-35b-a3b.json) in $TYPES, written by
 #             pelican convert --synthetic qwen3_5_moe (~20 GB each for Q4_0 / Q4_K)
@@ -15,10 +15,12 @@
 #   ab        A/B of the PELICAN_* switches of the hybrid pass (AB_SWITCHES, AB_DEPTH) on the first type's file
 #   big       Qwen3.5-122B-A10B shape (~70 GB in Q4_0: more than the disk) generated into memory:
 #             pelican bench --device cuda --synthetic qwen3_5_moe --config tools/configs/qwen3.5-122b-a10b.json
+#             -p $PP -n 128, then for each of $BIG_DEPTHS (default none; e.g. 32768) -p 512 -n 128 -d DEPTH
+#             (each run writes the model into memory again: ~130 s)
 #
 # Environment: as check.sh, with defaults TYPES="q4_0 q4_k" DEPTHS="32768" PP=4096 REPS=2,
 #   VOCAB=third_party/vocab/qwen3-tokenizer.json.xz (the Qwen3 tokenizer.json; vocab_size 248320 pads it),
-#   BIG_TYPE=q4_0, BIG_TIMEOUT=540 (s).
+#   BIG_TYPE=q4_0, BIG_TIMEOUT=540 (s) per run, BIG_DEPTHS="" (decode depths of extra 122B runs).
 # Logs: $OUT/<phase>.log as check.sh; the big phase's JSON result ends big.log.
 # shellcheck disable=SC2317  # phase_* functions are called indirectly ("phase_$p")
 set -uo pipefail
@@ -36,7 +38,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 BIG_TYPE=${BIG_TYPE:-q4_0}
 BIG_TIMEOUT=${BIG_TIMEOUT:-540}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
-HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test"
+HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_moe_mma_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test"
 
 say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
@@ -70,7 +72,7 @@ phase_ab() {
   f=${MODEL_DIR:-/tmp/pelican-models}/$MODEL_TAG-$t.gguf
   [ -s "$f" ] || { echo "missing $f (run the models phase)"; return 1; }
   # shellcheck disable=SC2086  # the switch list splits on spaces
-  for sw in ${AB_SWITCHES:-- PELICAN_ATTN_ROW_BLOCKS=0 PELICAN_HYBRID_CHUNK=0 PELICAN_MOE_GROUPED=0 PELICAN_FUSED_ROUTER=0 PELICAN_FUSED_COMBINE=0}; do
+  for sw in ${AB_SWITCHES:-- PELICAN_ATTN_ROW_BLOCKS=0 PELICAN_HYBRID_CHUNK=0 PELICAN_MOE_GROUPED=0 PELICAN_MOE_MMA=0 PELICAN_DN_CHUNKED=0 PELICAN_FUSED_ROUTER=0 PELICAN_FUSED_COMBINE=0}; do
     for d in 0 "${AB_DEPTH:-4096}"; do
       echo "== $sw depth $d"
       if [ "$sw" = - ]; then
@@ -95,8 +97,17 @@ with lzma.open(sys.argv[1]) as i, open(sys.argv[2], "wb") as o: shutil.copyfileo
       vocab=$dst ;;
   esac
   free -g
+  local d rc=0
   timeout -k 10 "$BIG_TIMEOUT" "$BUILD_DIR/bin/pelican" bench --device cuda --synthetic qwen3_5_moe \
-    --config tools/configs/qwen3.5-122b-a10b.json --vocab "$vocab" --type "$BIG_TYPE" -p 512 -n 128 -r "$REPS" --json
+    --config tools/configs/qwen3.5-122b-a10b.json --vocab "$vocab" --type "$BIG_TYPE" -p "$PP" -n 128 -r 1 --json ||
+    rc=1
+  for d in ${BIG_DEPTHS:-}; do
+    echo
+    timeout -k 10 "$BIG_TIMEOUT" "$BUILD_DIR/bin/pelican" bench --device cuda --synthetic qwen3_5_moe \
+      --config tools/configs/qwen3.5-122b-a10b.json --vocab "$vocab" --type "$BIG_TYPE" -p 512 -n 128 -r 1 \
+      -d "$d" --json || rc=1
+  done
+  return "$rc"
 }
 
 ALL=(build test sanitize models bench peer table big)  # ab: on request only
