@@ -295,8 +295,10 @@ void CudaHybridForward::moe_grouped_experts(const GpuHybridLayer& L, int n, int 
     ga.row_slot = row_slot_;
     moe_group_slots(ga, stream_);
     moe_gather_rows(xn_, E, ko, row_slot_, group_expert_, rows, xg_, stream_);
-    if (moe_mma_enabled() && moe_mma_supported(L.moe.experts_gate_up, true, 2 * ff_e) &&
-        moe_mma_supported(L.moe.experts_down, false, E)) {  // tensor cores (Q4_0 stacks)
+    // Each stack on tensor cores when the kernel takes its type (Q4_0, Q4_K), else the grouped GEMVs:
+    // both write rows g * 8 + i of eactg_ / eoutg_ (a Q4_K_M model may keep its down stack in Q6_K).
+    const bool mma = moe_mma_enabled();
+    if (mma && moe_mma_supported(L.moe.experts_gate_up, true, 2 * ff_e)) {
         MoeMmaArgs m;
         m.w = L.moe.experts_gate_up;
         m.expert_rows = 2 * ff_e;
@@ -309,40 +311,46 @@ void CudaHybridForward::moe_grouped_experts(const GpuHybridLayer& L, int n, int 
         m.y = eactg_;
         m.y_stride = ff_e;
         moe_group_mma(m, stream_);
+    } else {
+        GemvArgs g;
+        g.x = xg_;
+        g.n_tok = kMoeGroupRows;
+        g.glu = true;
+        g.expert_ids = group_expert_;
+        g.n_expert_slots = groups;
+        g.expert_rows = 2 * ff_e;
+        g.x_slot_stride = kMoeGroupRows * E;
+        g.y = eactg_;
+        g.y_slot_stride = kMoeGroupRows * ff_e;
+        g.skip_negative_ids = true;
+        gemv(L.moe.experts_gate_up, g, stream_);
+    }
+    if (mma && moe_mma_supported(L.moe.experts_down, false, E)) {
+        MoeMmaArgs m;
         m.w = L.moe.experts_down;
         m.expert_rows = E;
         m.glu = false;
         m.n_out = E;
+        m.group_expert = group_expert_;
+        m.n_groups = groups;
         m.x = eactg_;
         m.x_stride = ff_e;
         m.y = eoutg_;
         m.y_stride = E;
         moe_group_mma(m, stream_);
-        return;
+    } else {
+        GemvArgs d;
+        d.x = eactg_;
+        d.n_tok = kMoeGroupRows;
+        d.expert_ids = group_expert_;
+        d.n_expert_slots = groups;
+        d.expert_rows = E;
+        d.x_slot_stride = kMoeGroupRows * ff_e;
+        d.y = eoutg_;
+        d.y_slot_stride = kMoeGroupRows * E;
+        d.skip_negative_ids = true;
+        gemv(L.moe.experts_down, d, stream_);
     }
-    GemvArgs g;
-    g.x = xg_;
-    g.n_tok = kMoeGroupRows;
-    g.glu = true;
-    g.expert_ids = group_expert_;
-    g.n_expert_slots = groups;
-    g.expert_rows = 2 * ff_e;
-    g.x_slot_stride = kMoeGroupRows * E;
-    g.y = eactg_;
-    g.y_slot_stride = kMoeGroupRows * ff_e;
-    g.skip_negative_ids = true;
-    gemv(L.moe.experts_gate_up, g, stream_);
-    GemvArgs d;
-    d.x = eactg_;
-    d.n_tok = kMoeGroupRows;
-    d.expert_ids = group_expert_;
-    d.n_expert_slots = groups;
-    d.expert_rows = E;
-    d.x_slot_stride = kMoeGroupRows * ff_e;
-    d.y = eoutg_;
-    d.y_slot_stride = kMoeGroupRows * E;
-    d.skip_negative_ids = true;
-    gemv(L.moe.experts_down, d, stream_);
 }
 
 // MTP rows (cuda_hybrid_forward.h mtp_eval): x = fc([norm_embd(embd[ids]) | norm_hidden(mtp_hidden_)]),

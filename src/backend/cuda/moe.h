@@ -110,7 +110,9 @@ struct MoeMmaArgs {
     int64_t y_stride = 0;
     int n_experts = 0;  // set by moe_group_mma (w.n_out / expert_rows)
 };
-// Q4_0 or Q4_K, n_in a multiple of 128 (and at most ~12K), outputs per expert a multiple of 16.
+// Q4_0 or Q4_K, n_in a multiple of 128 (Q4_K rows are whole 256-value super-blocks anyway) whose staged
+// x fits the device's shared memory (n_in * 17 bytes, at most 200 KiB: n_in <= ~12K on sm_90), outputs per
+// expert a multiple of 16, at most 65535 groups per call.
 bool moe_mma_supported(const GpuMatrix& w, bool glu, int64_t expert_rows);
 void moe_group_mma(const MoeMmaArgs& a, cudaStream_t stream);  // aborts on unsupported arguments
 

@@ -9,7 +9,8 @@
 // k order: a dot product does not depend on the order of its terms, so A and B use the same
 // permutation of k. Per iteration a warp covers 4 consecutive Q4_0 blocks (128 k): lane (g, t)
 // (g = lane / 4, t = lane % 4) holds block b + t of rows g and g + 8 (16 quant bytes each, one
-// 16-byte load: 4 lanes read 64 contiguous bytes of a row) and runs 8 mma steps; in step s its
+// 16-byte load: for Q4_0 4 lanes read 64 contiguous bytes of a row, for Q4_K two 32-byte pieces of its two
+// quant planes) and runs 8 mma steps; in step s its
 // fragment k slots {2t, 2t+1, 2t+8, 2t+9} carry the block's values 4s .. 4s + 3 (Q4_0: byte j's low
 // nibble is value j, its high nibble value j + 16; so step s < 4 reads the low nibbles of quant word
 // s, step s >= 4 the high nibbles of word s - 4). x is staged per (block, step) as 8 tokens x 4
@@ -26,6 +27,7 @@
 // dequantize_matrix (d sc q - dmin m, separate roundings) rounded to f16: both equal the f16 weights
 // of the dense prompt GEMMs (dequantize_matrix to F16); x rounds to f16 as PrefillMatmul's does.
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <type_traits>
 
@@ -149,7 +151,6 @@ struct MmaQ4_K {
     }
     struct Scales {
         float dl[2][2], ml[2][2];  // [row g / g + 8][scale pair]: d sc and dmin m
-        int u;
     };
     __device__ static void pair_scales(const uint4& h, int u, float (&dl)[2], float (&ml)[2]) {
         int sc0, m0, sc1, m1;
@@ -163,9 +164,8 @@ struct MmaQ4_K {
     // Needs the block index for the unit's position in its super-block: scales(w, b).
     __device__ static Scales scales(const Blk& w, int b) {
         Scales s;
-        s.u = b >> 1;
-        pair_scales(w.ha, s.u, s.dl[0], s.ml[0]);
-        pair_scales(w.hb, s.u, s.dl[1], s.ml[1]);
+        pair_scales(w.ha, b >> 1, s.dl[0], s.ml[0]);
+        pair_scales(w.hb, b >> 1, s.dl[1], s.ml[1]);
         return s;
     }
     __device__ static uint32_t h2(float lo, float hi) {
@@ -175,7 +175,8 @@ struct MmaQ4_K {
     // Values q of byte k's nibble (hi) of w, dequantized: d sc q - dmin m in fp32 (no contraction).
     __device__ static float val(uint32_t w, int k, bool hi, float dl, float ml) {
         const uint32_t q = (w >> (8 * k + (hi ? 4 : 0))) & 15u;
-        return __fsub_rn(__fmul_rn(dl, static_cast<float>(q)), ml);
+        const float qf = __fsub_rn(__uint_as_float(0x4b000000u | q), 8388608.0f);  // float(q), exactly
+        return __fsub_rn(__fmul_rn(dl, qf), ml);
     }
     __device__ static void frag(const Blk& w, const Scales& sc, int s, uint32_t (&a)[4]) {
         const uint32_t qa[4] = {w.qa.x, w.qa.y, w.qa.z, w.qa.w}, qb[4] = {w.qb.x, w.qb.y, w.qb.z, w.qb.w};
@@ -229,16 +230,20 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs p) {
     // Stage x (8 token rows of this group) as f16 in the (block, step, token, 4 values) order.
     const float* x = p.x + static_cast<int64_t>(grp) * kMoeGroupRows * p.x_stride;
     const int quads = static_cast<int>(p.w.n_in / 4);
+    // Token fastest: 8 consecutive lanes store one (block, step)'s 64 bytes (no bank conflict).
     for (int i = tid; i < kMoeGroupRows * quads; i += kThreads) {
-        const int tok = i / quads, c = i % quads;  // values 4c .. 4c + 3 of token tok
+        const int tok = i % kMoeGroupRows, c = i / kMoeGroupRows;  // values 4c .. 4c + 3 of token tok
         const float4 v = *reinterpret_cast<const float4*>(x + static_cast<int64_t>(tok) * p.x_stride + 4 * c);
         int blk, step;
         T::stage(c, blk, step);
-        __half2* d = reinterpret_cast<__half2*>(xs + blk * kBlkHalves + step * 32 + tok * 4);
-        d[0] = __floats2half2_rn(v.x, v.y);
-        d[1] = __floats2half2_rn(v.z, v.w);
+        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        uint2 h;
+        h.x = *reinterpret_cast<const uint32_t*>(&lo);
+        h.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(xs + blk * kBlkHalves + step * 32 + tok * 4) = h;
     }
     __syncthreads();
+    pdl_trigger();  // every input of this CTA but the weights has been read
 
     const int r0 = static_cast<int>(blockIdx.x) * kRowsPerCta + warp * kRowsPerWarp;  // output row
     if (r0 >= p.n_out) return;                                                        // no barrier below
@@ -295,13 +300,25 @@ void launch(const MoeMmaArgs& a, cudaStream_t stream) {
     launch_pdl(moe_mma_kernel<T, GLU>, grid, dim3(kThreads), smem_bytes(a.w.n_in), stream, a);
 }
 
+// The device's opt-in shared memory per block (bytes), capped at kMaxSmem; 0 when it cannot be read.
+size_t smem_limit() {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return std::min(kMaxSmem, static_cast<size_t>(optin));
+}
+
 }  // namespace
 
 bool moe_mma_supported(const GpuMatrix& w, bool glu, int64_t expert_rows) {
     const int64_t n_out = glu ? expert_rows / 2 : expert_rows;
+    // Q4_K rows are whole 256-value super-blocks (upload_matrix), so n_in % 128 holds for them.
     return (w.type == DType::Q4_0 || w.type == DType::Q4_K) && w.data != nullptr && w.n_in % 128 == 0 &&
-           smem_bytes(w.n_in) <= kMaxSmem && expert_rows > 0 && (!glu || expert_rows % 2 == 0) &&
-           n_out % kRowsPerWarp == 0 && w.n_out % expert_rows == 0;
+           smem_bytes(w.n_in) <= smem_limit() && expert_rows > 0 && (!glu || expert_rows % 2 == 0) &&
+           n_out % kRowsPerWarp == 0 && w.n_out >= expert_rows && w.n_out % expert_rows == 0;
 }
 
 void moe_group_mma(const MoeMmaArgs& args, cudaStream_t stream) {
@@ -314,6 +331,7 @@ void moe_group_mma(const MoeMmaArgs& args, cudaStream_t stream) {
     if (a.n_out != (a.glu ? a.expert_rows / 2 : a.expert_rows)) mma_fail("n_out does not match expert_rows");
     if (a.x_stride % 4 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0)
         mma_fail("x rows not 16-byte aligned");
+    if (a.n_groups > 65535) mma_fail("more than 65535 groups (grid y)");
     a.n_experts = static_cast<int>(a.w.n_out / a.expert_rows);
     if (a.w.type == DType::Q4_K) {
         if (a.glu)
