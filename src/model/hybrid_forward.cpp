@@ -112,6 +112,7 @@ void HybridForward::eval_chunk(const int32_t* tokens, int64_t n, int64_t pos0, T
     const int64_t e = hp_.n_embd;
     const ToFloatFn to_float = dtype_info(base.tok_embd.dtype).to_float;
     for (int64_t t = 0; t < n; ++t) to_float(base.tok_embd.row_ptr(tokens[t]), x_.data() + t * e, e);
+    if (hp_.embd_scale != 1.0f) cpu::scale(x_.data(), hp_.embd_scale, x_.data(), n * e);  // as the GPU pass
     for (int64_t t = 0; t < n; ++t) pos_[static_cast<size_t>(t)] = pos0 + t;
     cpu::rope_table(hp_.inv_freq.data(), static_cast<int>(hp_.rope_dim), pos_.data(), n, hp_.rope_attn_factor,
                     cos_.data(), sin_.data());
@@ -140,11 +141,14 @@ void HybridForward::eval_chunk(const int32_t* tokens, int64_t n, int64_t pos0, T
                   NormWeight::kOnePlus, &pool);
     std::copy(xn_.data() + (rows - 1) * e, xn_.data() + rows * e, last_hidden_.begin());
     if (keep_hidden_) hidden_rows_.insert(hidden_rows_.end(), xn_.data(), xn_.data() + rows * e);
+    const float ls = hp_.logit_scale;
     if (all_logits) {
         cpu::matmul(base.output, xn_.data(), rows, all_logits, pool);
+        if (ls != 1.0f) cpu::scale(all_logits, ls, all_logits, rows * V);
         std::copy(all_logits + (rows - 1) * V, all_logits + rows * V, last_logits_.begin());
     } else {
         cpu::matmul(base.output, xn_.data() + (rows - 1) * e, 1, last_logits_.data(), pool);
+        if (ls != 1.0f) cpu::scale(last_logits_.data(), ls, last_logits_.data(), V);
     }
 }
 
@@ -189,6 +193,7 @@ void HybridForward::mtp_chunk(const int32_t* tokens, const float* hidden, int64_
     // fc input: [norm_embd(embd[x_{p+1}]) | norm_hidden(h_p)] per row, the embedding first.
     const ToFloatFn to_float = dtype_info(base.tok_embd.dtype).to_float;
     for (int64_t t = 0; t < n; ++t) to_float(base.tok_embd.row_ptr(tokens[t]), x_.data() + t * e, e);
+    if (hp_.embd_scale != 1.0f) cpu::scale(x_.data(), hp_.embd_scale, x_.data(), n * e);
     cpu::rms_norm(x_.data(), M.norm_embd, xn_.data(), n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
     cpu::rms_norm(hidden, M.norm_hidden, proj_.data(), n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
     for (int64_t t = 0; t < n; ++t) {
@@ -205,11 +210,14 @@ void HybridForward::mtp_chunk(const int32_t* tokens, const float* hidden, int64_
     const int64_t first = all_logits ? 0 : n - 1, rows = n - first, V = hp_.n_vocab;
     cpu::rms_norm(x_.data() + first * e, M.norm, xn_.data(), rows, e, hp_.rms_eps, NormWeight::kOnePlus,
                   &pool);
+    const float ls = hp_.logit_scale;
     if (all_logits) {
         cpu::matmul(base.output, xn_.data(), rows, all_logits, pool);
+        if (ls != 1.0f) cpu::scale(all_logits, ls, all_logits, rows * V);
         std::copy(all_logits + (rows - 1) * V, all_logits + rows * V, mtp_logits_.begin());
     } else {
         cpu::matmul(base.output, xn_.data(), 1, mtp_logits_.data(), pool);
+        if (ls != 1.0f) cpu::scale(mtp_logits_.data(), ls, mtp_logits_.data(), V);
     }
 }
 
