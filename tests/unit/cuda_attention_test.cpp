@@ -213,9 +213,9 @@ struct Workspace {
         EXPECT_TRUE(buf.ok());
         PELICAN_CUDA_CHECK(cudaMemset(buf.get(), 0, buf.size()));
     }
-    // The arrival counters (first n_head * 8 int32) must be back at zero after every launch.
+    // The arrival counters (both combine levels') must be back at zero after every launch.
     void expect_counters_zero(int n_head) const {
-        const std::vector<int32_t> ctr = download<int32_t>(buf, static_cast<size_t>(n_head) * 8);
+        const std::vector<int32_t> ctr = download<int32_t>(buf, cuda::attention_workspace_counters(n_head));
         for (size_t i = 0; i < ctr.size(); ++i) ASSERT_EQ(ctr[i], 0) << "split counter " << i << " not reset";
     }
 };
@@ -304,27 +304,28 @@ TEST(CudaAttention, DecodeMatchesReference) {
     Rng rng;
     const std::vector<AttnCase> full = {
         // heads, kv, hd, cache, n_tok, pos0, window, n_ctx
-        {4, 4, 16, DType::F32, 1, 0},                // first token, MHA, tiny head
-        {8, 2, 32, DType::F16, 3, 4},                // length 7
-        {8, 2, 32, DType::F32, 7, 0},                // length 7, every token in one step
-        {32, 8, 128, DType::F16, 1, 63, 0, 8192},    // Llama-3 shape, length 64, big cache
-        {32, 8, 128, DType::F16, 8, 992},            // length 1000, 8-token verification
-        {32, 8, 128, DType::F32, 4, 4996},           // length 5000, fp32 cache
-        {32, 8, 128, DType::F16, 1, 4999, 0, 8192},  // length 5000, decode
-        {16, 2, 256, DType::F16, 2, 4998},           // Qwen3.5-like, length 5000 (4 blocks of 4 rows)
-        {16, 2, 256, DType::F16, 1, 4095, 0, 4224},  // Qwen3.5 decode at 4K: 2 KV heads x 4 blocks of 2
-        {10, 1, 64, DType::F16, 1, 3000},            // 1 KV head, 10 rows: five blocks of 2
-        {16, 2, 256, DType::F32, 1, 999},            // head 256, fp32
-        {16, 2, 256, DType::F16, 8, 56},             // 64 rows per kv head: two row blocks
-        {8, 1, 64, DType::F16, 5, 4995},             // MQA group 8, length 5000
-        {8, 1, 64, DType::F32, 7, 57},               // group 8, length 64
-        {4, 4, 64, DType::F16, 1, 999, 0, 40000},    // many splits idle
-        {8, 2, 80, DType::F16, 2, 998},              // generic head dims
-        {12, 4, 96, DType::F32, 3, 61},              //
-        {8, 8, 16, DType::F16, 8, 4992},             //
-        {32, 8, 128, DType::F16, 3, 997, 100},       // sliding window
-        {16, 2, 256, DType::F32, 2, 4998, 1000},     // window, long
-        {8, 2, 64, DType::F16, 8, 20, 4},            // window shorter than the batch
+        {4, 4, 16, DType::F32, 1, 0},                  // first token, MHA, tiny head
+        {8, 2, 32, DType::F16, 3, 4},                  // length 7
+        {8, 2, 32, DType::F32, 7, 0},                  // length 7, every token in one step
+        {32, 8, 128, DType::F16, 1, 63, 0, 8192},      // Llama-3 shape, length 64, big cache
+        {32, 8, 128, DType::F16, 8, 992},              // length 1000, 8-token verification
+        {32, 8, 128, DType::F32, 4, 4996},             // length 5000, fp32 cache
+        {32, 8, 128, DType::F16, 1, 4999, 0, 8192},    // length 5000, decode
+        {16, 2, 256, DType::F16, 2, 4998},             // Qwen3.5-like, length 5000 (4 blocks of 4 rows)
+        {16, 2, 256, DType::F16, 1, 4095, 0, 4224},    // Qwen3.5 decode at 4K: 2 KV heads x 4 blocks of 2
+        {16, 2, 256, DType::F16, 1, 32767, 0, 32768},  // Qwen3.5 decode at 32K: two-level combine
+        {10, 1, 64, DType::F16, 1, 3000},              // 1 KV head, 10 rows: five blocks of 2
+        {16, 2, 256, DType::F32, 1, 999},              // head 256, fp32
+        {16, 2, 256, DType::F16, 8, 56},               // 64 rows per kv head: two row blocks
+        {8, 1, 64, DType::F16, 5, 4995},               // MQA group 8, length 5000
+        {8, 1, 64, DType::F32, 7, 57},                 // group 8, length 64
+        {4, 4, 64, DType::F16, 1, 999, 0, 40000},      // many splits idle
+        {8, 2, 80, DType::F16, 2, 998},                // generic head dims
+        {12, 4, 96, DType::F32, 3, 61},                //
+        {8, 8, 16, DType::F16, 8, 4992},               //
+        {32, 8, 128, DType::F16, 3, 997, 100},         // sliding window
+        {16, 2, 256, DType::F32, 2, 4998, 1000},       // window, long
+        {8, 2, 64, DType::F16, 8, 20, 4},              // window shorter than the batch
         // streaming kernel: rows per CTA 1 / 2 / 4 / 8, chunk and block edges, many splits
         {8, 8, 128, DType::F16, 1, 62},                // MHA, length 63 (1 row per CTA)
         {8, 8, 128, DType::F16, 1, 63},                // length 64

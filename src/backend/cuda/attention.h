@@ -74,6 +74,8 @@ struct AttnArgs {
 
 // Workspace for attention_decode (split-KV partials and counters) for a cache of n_ctx.
 size_t attention_workspace_bytes(int64_t n_ctx, int n_head, int head_dim, int max_tokens);
+// The workspace starts with this many int32 arrival counters; every launch leaves them at zero.
+size_t attention_workspace_counters(int n_head);
 // Decode / short verification: n_tok <= 8. Split-KV flash-decoding; graph-capturable; PDL launch.
 // The workspace must be zeroed once (cudaMemset) before first use; the kernels leave it reusable.
 void attention_decode(const AttnArgs& a, cudaStream_t stream);

@@ -8,8 +8,13 @@
 // (max(len / n_splits, kMinChunk), rounded to the tile), so short contexts use few splits and the
 // rest exit at once.
 //
-// Workspace (device, zeroed once): [counters: n_head * kMaxTok int32, padded to 256 B]
-// [ml: n_splits * n_head * n_tok float2, padded to 256 B] [acc: same slots * round_up(hd, 4) fp32].
+// Workspace (device, zeroed once): [counters: n_head * kMaxTok int32, then the two-level combine's
+// n_head * kMaxTok * kCombineGroups, padded to 256 B] [ml: n_splits * n_head * n_tok float2, padded
+// to 256 B] [acc: same slots * round_up(hd, 4) fp32, padded] [group ml: kCombineGroups * n_head *
+// n_tok float2, padded] [group acc: same slots * round_up(hd, 4) fp32].
+//
+// PELICAN_ATTN_COMBINE2=0: the streaming kernel combines its splits in one level (the last split
+// reads every partial) instead of two.
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_impl.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -57,6 +62,18 @@ bool row_blocks_enabled() {
     return on;
 }
 
+bool combine2_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("PELICAN_ATTN_COMBINE2");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
+size_t counter_ints(int n_head) {
+    return static_cast<size_t>(n_head) * attn::kMaxTok * (1 + attn::kCombineGroups);
+}
+
 [[noreturn]] void fail(const char* what) {
     std::fprintf(stderr, "pelican: attention_decode: %s\n", what);
     std::abort();
@@ -64,13 +81,16 @@ bool row_blocks_enabled() {
 
 }  // namespace
 
+size_t attention_workspace_counters(int n_head) { return counter_ints(n_head); }
+
 size_t attention_workspace_bytes(int64_t n_ctx, int n_head, int head_dim, int max_tokens) {
     if (max_tokens > attn::kMaxTok) max_tokens = attn::kMaxTok;
     if (max_tokens < 1) max_tokens = 1;
     const size_t slots = static_cast<size_t>(max_splits(n_ctx)) * n_head * max_tokens;
+    const size_t gslots = static_cast<size_t>(attn::kCombineGroups) * n_head * max_tokens;
     const size_t hd4 = static_cast<size_t>((head_dim + 3) & ~3);
-    return align256(static_cast<size_t>(n_head) * attn::kMaxTok * sizeof(int32_t)) + align256(slots * 8) +
-           slots * hd4 * sizeof(float);
+    return align256(counter_ints(n_head) * sizeof(int32_t)) + align256(slots * 8) +
+           align256(slots * hd4 * sizeof(float)) + align256(gslots * 8) + gslots * hd4 * sizeof(float);
 }
 
 void attention_decode(const AttnArgs& a, cudaStream_t stream) {
@@ -115,14 +135,23 @@ void attention_decode(const AttnArgs& a, cudaStream_t stream) {
     p.min_chunk = streaming ? attn::kStreamMinChunk : attn::kMinChunk;
     // Partials laid out for the most splits either kernel may use (fits the workspace as long as
     // n_tok <= its max_tokens).
+    // The group slots likewise for n_tok rows (the workspace holds them for max_tokens >= n_tok).
     const size_t slots = static_cast<size_t>(max_splits(a.kv.n_ctx)) * a.n_head * a.n_tok;
+    const size_t gslots = static_cast<size_t>(attn::kCombineGroups) * a.n_head * a.n_tok;
     auto* base = static_cast<unsigned char*>(a.workspace);
     p.counters = reinterpret_cast<int*>(base);
-    base += align256(static_cast<size_t>(a.n_head) * attn::kMaxTok * sizeof(int32_t));
+    p.group_counters = p.counters + static_cast<size_t>(a.n_head) * attn::kMaxTok;
+    base += align256(counter_ints(a.n_head) * sizeof(int32_t));
     p.ml = reinterpret_cast<float2*>(base);
     base += align256(slots * 8);
     p.acc = reinterpret_cast<float*>(base);
     p.acc_stride = (a.head_dim + 3) & ~3;
+    base += align256(slots * static_cast<size_t>(p.acc_stride) * sizeof(float));
+    if (streaming && combine2_enabled()) {
+        p.group_ml = reinterpret_cast<float2*>(base);
+        base += align256(gslots * 8);
+        p.group_acc = reinterpret_cast<float*>(base);
+    }
     if (streaming)
         attn::launch_stream(p, nz, sm_count(), max_splits(a.kv.n_ctx), stream);
     else

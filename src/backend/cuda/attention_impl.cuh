@@ -83,7 +83,27 @@ struct RowsParams {
     float2* ml;      // [slots] (running max, running sum)
     float* acc;      // [slots][acc_stride] unnormalised output
     int acc_stride;  // floats, multiple of 4, >= head_dim
+    // Two-level combine (streaming kernel; null group_ml: one level): group partials laid out as the
+    // split partials with the group index in place of the split, and per (kv head, row block)
+    // kCombineGroups arrival counters (zero between launches).
+    int* group_counters;  // [n_kv_head * nz * kCombineGroups]
+    float2* group_ml;     // [kCombineGroups * n_kv_head * group * n_tok]
+    float* group_acc;     // [same slots][acc_stride]
 };
+
+// Two-level combine of the streaming decode kernel: used above kCombineDirect active splits, with
+// groups of combine_group_size(n) splits, at most kCombineGroups groups (kMaxSplits = 128: at most
+// 12 groups of 11).
+inline constexpr int kCombineDirect = 8;
+inline constexpr int kCombineGroups = 16;
+__host__ __device__ constexpr int combine_group_size(int n_active) {
+    int g = 4;
+    while (g * g < n_active) ++g;  // ceil(sqrt(n)), at least 4
+    return g;
+}
+static_assert((kMaxSplits + combine_group_size(kMaxSplits) - 1) / combine_group_size(kMaxSplits) <=
+                  kCombineGroups,
+              "the groups of the most splits fit the group slots");
 
 // Launches attn_rows_kernel for (kv type, head_dim) with grid (n_splits, n_kv_head, nz) (PDL).
 void launch_rows(const RowsParams& p, bool kv_f16, int nz, cudaStream_t stream);

@@ -17,7 +17,8 @@
 // At the end the lanes sharing dims are summed by shuffles, the 4 warps through shared memory
 // (weights exp(m_w - M)), and the CTA writes out = acc / l (one active split) or its partials;
 // the last CTA of a (kv head, row block) combines the n_active partials exactly as the rows
-// kernel does (see attention_rows.cu for the memory-ordering argument).
+// kernel does (see attention_rows.cu for the memory-ordering argument), or, with many splits,
+// two levels of combines (groups of ~sqrt(n_active) splits; see the arrival code).
 // PDL: pdl_wait() first (q, pos0 and the cache come from earlier kernels), pdl_trigger() once
 // the key loop has read all its inputs.
 #include "backend/cuda/attention_impl.cuh"
@@ -277,79 +278,110 @@ __global__ void __launch_bounds__(kStreamThreads, RB <= 4 ? 3 : 2) attn_stream_k
     }
     if (direct) return;
 
-    // Arrival: publish the partials, then count this split in.
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        int* ctr = p.counters + kvh * nz + zb;
-        const int prev = atomicAdd(ctr, 1);
-        s_last = prev == n_active - 1;
-        if (s_last) *ctr = 0;  // every active split has arrived: nothing else touches it this launch
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();  // acquire side
-
-    for (int r = warp; r < R; r += kSWarps) {
-        float mm = -INFINITY;
-        for (int s = lane; s < n_active; s += 32) {
-            const size_t slot = (static_cast<size_t>(s) * p.n_kv_head + kvh) * rows_total + r_begin + r;
-            mm = fmaxf(mm, __ldcg(&p.ml[slot]).x);
+    // Arrival. Two levels when p.group_ml is set and there are more than kCombineDirect active
+    // splits: the splits form groups of G (the same G in every CTA: it depends on n_active only);
+    // the last CTA of a group to arrive combines its group's partials into a group partial, the last
+    // group to finish combines the group partials into the output. The serial combine reads
+    // G + n_active / G partials instead of n_active (at 132 splits: 12 + 11 instead of 132).
+    // One level otherwise: the last split combines every partial. Each level publishes its partials
+    // (__threadfence) before counting itself in; the last arrival fences again before reading.
+    const size_t split_slots = static_cast<size_t>(p.n_kv_head) * rows_total;
+    const size_t row0 = static_cast<size_t>(kvh) * rows_total + r_begin;
+    const auto arrive = [&](int* ctr, int expected) {
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            const int prev = atomicAdd(ctr, 1);
+            s_last = prev == expected - 1;
+            if (s_last) *ctr = 0;  // everyone counted here has arrived: nothing else touches it this launch
         }
-        mm = warp_max(mm);
-        float l = 0.0f;
-        for (int s = lane; s < n_active; s += 32) {
-            const size_t slot = (static_cast<size_t>(s) * p.n_kv_head + kvh) * rows_total + r_begin + r;
-            const float2 ml = __ldcg(&p.ml[slot]);
-            if (ml.x != -INFINITY) l += ml.y * expf(ml.x - mm);
+        __syncthreads();
+        const bool last = s_last != 0;
+        if (last) __threadfence();  // acquire side
+        return last;
+    };
+    // Combines partial slots [s0, s0 + n) of (ml, acc) for this CTA's R rows: M = max m_s,
+    // L = sum_s exp(m_s - M) l_s, A = sum_s exp(m_s - M) acc_s; writes out = A / L (dml null) or the
+    // partial (M, L), A into slot dst of (dml, dacc).
+    const auto combine = [&](const float2* ml, const float* acc_in, int s0, int n, float2* dml, float* dacc,
+                             int dst) {
+        for (int r = warp; r < R; r += kSWarps) {
+            float mm = -INFINITY;
+            for (int s = lane; s < n; s += 32)
+                mm = fmaxf(mm, __ldcg(&ml[(s0 + s) * split_slots + row0 + r]).x);
+            mm = warp_max(mm);
+            float l = 0.0f;
+            for (int s = lane; s < n; s += 32) {
+                const float2 v = __ldcg(&ml[(s0 + s) * split_slots + row0 + r]);
+                if (v.x != -INFINITY) l += v.y * expf(v.x - mm);
+            }
+            l = warp_sum(l);
+            if (lane == 0) {
+                st_m[r] = mm;
+                st_l[r] = l;
+            }
         }
-        l = warp_sum(l);
-        if (lane == 0) {
-            st_m[r] = mm;
-            st_l[r] = l;
-        }
-    }
-    __syncthreads();
-    // sum_s exp(m_s - M) acc_s in float4 units, J2 threads splitting the splits.
-    constexpr int hd4 = HD / 4;
-    const int units = R * hd4;
-    int J2 = 1;
-    while (J2 < 16 && units * J2 * 2 <= RB * HD) J2 *= 2;  // red holds kSWarps * RB * HD floats
-    float4* red4 = reinterpret_cast<float4*>(red);
-    __syncthreads();
-    for (int idx = tid; idx < units * J2; idx += kStreamThreads) {
-        const int u = idx % units, sl = idx / units;
-        const int r = u / hd4, c = u - r * hd4;
-        const float M = st_m[r];
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        __syncthreads();
+        // sum_s exp(m_s - M) acc_s in float4 units, J2 threads splitting the splits.
+        constexpr int hd4 = HD / 4;
+        const int units = R * hd4;
+        int J2 = 1;
+        while (J2 < 16 && units * J2 * 2 <= RB * HD) J2 *= 2;  // red holds kSWarps * RB * HD floats
+        float4* red4 = reinterpret_cast<float4*>(red);
+        for (int idx = tid; idx < units * J2; idx += kStreamThreads) {
+            const int u = idx % units, sl = idx / units;
+            const int r = u / hd4, c = u - r * hd4;
+            const float M = st_m[r];
+            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
-        for (int s = sl; s < n_active; s += J2) {
-            const size_t slot = (static_cast<size_t>(s) * p.n_kv_head + kvh) * rows_total + r_begin + r;
-            const float2 ml = __ldcg(&p.ml[slot]);
-            const float w = ml.x == -INFINITY ? 0.0f : expf(ml.x - M);
-            const float4 x = __ldcg(reinterpret_cast<const float4*>(p.acc + slot * p.acc_stride) + c);
-            a.x = fmaf(w, x.x, a.x);
-            a.y = fmaf(w, x.y, a.y);
-            a.z = fmaf(w, x.z, a.z);
-            a.w = fmaf(w, x.w, a.w);
+            for (int s = sl; s < n; s += J2) {
+                const size_t slot = (s0 + s) * split_slots + row0 + r;
+                const float2 v = __ldcg(&ml[slot]);
+                const float w = v.x == -INFINITY ? 0.0f : expf(v.x - M);
+                const float4 x = __ldcg(reinterpret_cast<const float4*>(acc_in + slot * p.acc_stride) + c);
+                a.x = fmaf(w, x.x, a.x);
+                a.y = fmaf(w, x.y, a.y);
+                a.z = fmaf(w, x.z, a.z);
+                a.w = fmaf(w, x.w, a.w);
+            }
+            red4[idx] = a;
         }
-        red4[idx] = a;
-    }
-    __syncthreads();
-    for (int u = tid; u < units; u += kStreamThreads) {
-        float4 a = red4[u];
-        for (int sl = 1; sl < J2; ++sl) {
-            const float4 b2 = red4[sl * units + u];
-            a.x += b2.x, a.y += b2.y, a.z += b2.z, a.w += b2.w;
+        __syncthreads();
+        for (int u = tid; u < units; u += kStreamThreads) {
+            float4 a = red4[u];
+            for (int sl = 1; sl < J2; ++sl) {
+                const float4 b2 = red4[sl * units + u];
+                a.x += b2.x, a.y += b2.y, a.z += b2.z, a.w += b2.w;
+            }
+            const int r = u / hd4, c = u - r * hd4;
+            if (dml) {  // a partial of the next level (unnormalised, as the splits' own)
+                const size_t slot = static_cast<size_t>(dst) * split_slots + row0 + r;
+                reinterpret_cast<float4*>(dacc + slot * p.acc_stride)[c] = a;
+                if (c == 0) dml[slot] = make_float2(st_m[r], st_l[r]);
+                continue;
+            }
+            const int rg = r_begin + r, t = rg / group, h = kvh * group + rg % group;
+            const float inv = 1.0f / st_l[r];
+            float* o = p.out + (static_cast<size_t>(t) * p.n_head + h) * HD + c * 4;  // any alignment
+            o[0] = a.x * inv;
+            o[1] = a.y * inv;
+            o[2] = a.z * inv;
+            o[3] = a.w * inv;
         }
-        const int r = u / hd4, c = u - r * hd4;
-        const int rg = r_begin + r, t = rg / group, h = kvh * group + rg % group;
-        const float inv = 1.0f / st_l[r];
-        float* o = p.out + (static_cast<size_t>(t) * p.n_head + h) * HD + c * 4;  // any alignment
-        o[0] = a.x * inv;
-        o[1] = a.y * inv;
-        o[2] = a.z * inv;
-        o[3] = a.w * inv;
+    };
+
+    int* const top = p.counters + kvh * nz + zb;
+    __syncthreads();  // red / st_m are reused by the combine below
+    if (p.group_ml != nullptr && n_active > kCombineDirect) {
+        const int G = combine_group_size(n_active), n_grp = (n_active + G - 1) / G, grp = split / G;
+        const int g_n = min(G, n_active - grp * G);
+        if (!arrive(p.group_counters + (kvh * nz + zb) * kCombineGroups + grp, g_n)) return;
+        combine(p.ml, p.acc, grp * G, g_n, p.group_ml, p.group_acc, grp);
+        if (!arrive(top, n_grp)) return;
+        combine(p.group_ml, p.group_acc, 0, n_grp, nullptr, nullptr, 0);
+    } else {
+        if (!arrive(top, n_active)) return;
+        combine(p.ml, p.acc, 0, n_active, nullptr, nullptr, 0);
     }
 }
 
