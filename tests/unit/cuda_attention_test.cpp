@@ -314,6 +314,8 @@ TEST(CudaAttention, DecodeMatchesReference) {
         {16, 2, 256, DType::F16, 2, 4998},             // Qwen3.5-like, length 5000 (4 blocks of 4 rows)
         {16, 2, 256, DType::F16, 1, 4095, 0, 4224},    // Qwen3.5 decode at 4K: 2 KV heads x 4 blocks of 2
         {16, 2, 256, DType::F16, 1, 32767, 0, 32768},  // Qwen3.5 decode at 32K: two-level combine
+        {16, 2, 256, DType::F16, 8, 4992, 1000},       // window + 8 tokens + many splits: whole groups masked
+        {8, 8, 128, DType::F16, 8, 4992, 700},         // the same at head_dim 128
         {10, 1, 64, DType::F16, 1, 3000},              // 1 KV head, 10 rows: five blocks of 2
         {16, 2, 256, DType::F32, 1, 999},              // head 256, fp32
         {16, 2, 256, DType::F16, 8, 56},               // 64 rows per kv head: two row blocks

@@ -48,6 +48,9 @@ phase_test() {
     echo "== $t"
     timeout -k 10 300 "$BUILD_DIR/bin/$t" --gtest_brief=1 || { echo "-- $t FAILED (exit $?)"; rc=1; }
   done
+  echo "== cuda_attention_test with PELICAN_ATTN_COMBINE2=0 (the one-level combine above 8 splits)"
+  PELICAN_ATTN_COMBINE2=0 timeout -k 10 300 "$BUILD_DIR/bin/cuda_attention_test" --gtest_brief=1 ||
+    { echo "-- cuda_attention_test (one-level combine) FAILED (exit $?)"; rc=1; }
   return "$rc"
 }
 

@@ -79,7 +79,7 @@ struct RowsParams {
     int n_splits;       // == gridDim.x
     int64_t min_chunk;  // fewest keys per split
     // Split partials (decode with n_splits > 1): slot = (split * n_kv_head + kvh) * group * n_tok + row.
-    int* counters;   // [n_kv_head * gridDim.z] arrival counters (zero between launches)
+    int* counters;   // [n_kv_head * row blocks] arrival counters (zero between launches)
     float2* ml;      // [slots] (running max, running sum)
     float* acc;      // [slots][acc_stride] unnormalised output
     int acc_stride;  // floats, multiple of 4, >= head_dim
@@ -92,8 +92,8 @@ struct RowsParams {
 };
 
 // Two-level combine of the streaming decode kernel: used above kCombineDirect active splits, with
-// groups of combine_group_size(n) splits, at most kCombineGroups groups (kMaxSplits = 128: at most
-// 12 groups of 11).
+// groups of combine_group_size(n) splits, at most kCombineGroups groups (kMaxSplits = 128: 11 groups of
+// 12, the last one of 8).
 inline constexpr int kCombineDirect = 8;
 inline constexpr int kCombineGroups = 16;
 __host__ __device__ constexpr int combine_group_size(int n_active) {
@@ -101,9 +101,12 @@ __host__ __device__ constexpr int combine_group_size(int n_active) {
     while (g * g < n_active) ++g;  // ceil(sqrt(n)), at least 4
     return g;
 }
-static_assert((kMaxSplits + combine_group_size(kMaxSplits) - 1) / combine_group_size(kMaxSplits) <=
-                  kCombineGroups,
-              "the groups of the most splits fit the group slots");
+constexpr bool combine_groups_fit() {  // every n in (kCombineDirect, kMaxSplits]
+    for (int n = kCombineDirect + 1; n <= kMaxSplits; ++n)
+        if ((n + combine_group_size(n) - 1) / combine_group_size(n) > kCombineGroups) return false;
+    return true;
+}
+static_assert(combine_groups_fit(), "the groups of every split count fit the group slots");
 
 // Launches attn_rows_kernel for (kv type, head_dim) with grid (n_splits, n_kv_head, nz) (PDL).
 void launch_rows(const RowsParams& p, bool kv_f16, int nz, cudaStream_t stream);

@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(kStreamThreads, RB <= 4 ? 3 : 2) attn_stream_k
     // splits: the splits form groups of G (the same G in every CTA: it depends on n_active only);
     // the last CTA of a group to arrive combines its group's partials into a group partial, the last
     // group to finish combines the group partials into the output. The serial combine reads
-    // G + n_active / G partials instead of n_active (at 132 splits: 12 + 11 instead of 132).
+    // G + n_active / G partials instead of n_active (at 128 splits: 12 + 11 instead of 128).
     // One level otherwise: the last split combines every partial. Each level publishes its partials
     // (__threadfence) before counting itself in; the last arrival fences again before reading.
     const size_t split_slots = static_cast<size_t>(p.n_kv_head) * rows_total;
