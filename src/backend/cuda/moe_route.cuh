@@ -78,6 +78,19 @@ __device__ __forceinline__ void route_warp(const float* l, int n_expert, int k, 
                 be = e;
             }
         }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        // Warp arg-max in two reductions: p >= 0 (never -0), so its bits order as the values;
+        // key = bits + 1 (0: no candidate on this lane), then the lowest id among the lanes holding
+        // the largest key. The same choice as the butterfly below (largest p, ties: lower id).
+        {
+            const unsigned key = be == INT_MAX ? 0u : __float_as_uint(bp) + 1u;
+            const unsigned mk = __reduce_max_sync(0xffffffffu, key);
+            const unsigned me = __reduce_min_sync(
+                0xffffffffu, key == mk && mk != 0u ? static_cast<unsigned>(be) : 0x7fffffffu);
+            bp = mk == 0u ? -INFINITY : __uint_as_float(mk - 1u);
+            be = static_cast<int>(me);
+        }
+#else
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             const float op = __shfl_xor_sync(0xffffffffu, bp, o);
@@ -87,6 +100,7 @@ __device__ __forceinline__ void route_warp(const float* l, int n_expert, int k, 
                 be = oe;
             }
         }
+#endif
         if (be == INT_MAX) {  // only NaN p left (NaN logits): a valid id, weight 0
             be = j;
             bp = 0.0f;
