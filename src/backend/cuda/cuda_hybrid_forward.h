@@ -47,7 +47,10 @@ namespace pelican::cuda {
 class CudaHybridForward final : public ForwardPass {
 public:
     static constexpr int kMicro = 8;           // tokens per micro-batch (kMaxGemvTokens)
-    static constexpr int64_t kMaxChunk = 512;  // tokens per layer pass of a prompt (at most n_batch)
+    // Tokens per layer pass of a prompt: min(n_batch, kMaxChunk). n_batch defaults to 512 (engine.h,
+    // bench -b); larger batches (up to 2048) read each chosen expert's weights for more tokens at once
+    // and launch fewer kernels per prompt, at ~4x the activation scratch of 512.
+    static constexpr int64_t kMaxChunk = 2048;
 
     // Errors: not a hybrid model's weights, bad sizes, out of GPU memory.
     static Expected<std::unique_ptr<CudaHybridForward>> create(std::shared_ptr<const GpuModel> weights,
