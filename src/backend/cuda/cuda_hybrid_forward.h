@@ -46,7 +46,7 @@ namespace pelican::cuda {
 
 class CudaHybridForward final : public ForwardPass {
 public:
-    static constexpr int kMicro = 8;           // tokens per micro-batch (kMaxGemvTokens)
+    static constexpr int kMicro = 8;  // tokens per micro-batch (kMaxGemvTokens)
     // Tokens per layer pass of a prompt: min(n_batch, kMaxChunk). n_batch defaults to 512 (engine.h,
     // bench -b); larger batches (up to 2048) read each chosen expert's weights for more tokens at once
     // and launch fewer kernels per prompt, at ~4x the activation scratch of 512.

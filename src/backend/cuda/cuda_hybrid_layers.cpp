@@ -295,62 +295,42 @@ void CudaHybridForward::moe_grouped_experts(const GpuHybridLayer& L, int n, int 
     ga.row_slot = row_slot_;
     moe_group_slots(ga, stream_);
     moe_gather_rows(xn_, E, ko, row_slot_, group_expert_, rows, xg_, stream_);
-    // Each stack on tensor cores when the kernel takes its type (Q4_0, Q4_K), else the grouped GEMVs:
-    // both write rows g * 8 + i of eactg_ / eoutg_ (a Q4_K_M model may keep its down stack in Q6_K).
+    // One expert stack over the groups: on tensor cores when the kernel takes its type (Q4_0, Q4_K), else
+    // through the grouped GEMVs; both write rows g * 8 + i of y, n_out floats apart (so a Q4_K_M model's
+    // Q6_K down stack can take the GEMVs while its gate/up stack takes the tensor cores).
     const bool mma = moe_mma_enabled();
-    if (mma && moe_mma_supported(L.moe.experts_gate_up, true, 2 * ff_e)) {
-        MoeMmaArgs m;
-        m.w = L.moe.experts_gate_up;
-        m.expert_rows = 2 * ff_e;
-        m.glu = true;
-        m.n_out = ff_e;
-        m.group_expert = group_expert_;
-        m.n_groups = groups;
-        m.x = xg_;
-        m.x_stride = E;
-        m.y = eactg_;
-        m.y_stride = ff_e;
-        moe_group_mma(m, stream_);
-    } else {
+    const auto stack = [&](const GpuMatrix& w, bool glu, int64_t expert_rows, int64_t n_in, int64_t n_out,
+                           const float* x, float* y) {
+        if (mma && moe_mma_supported(w, glu, expert_rows)) {
+            MoeMmaArgs m;
+            m.w = w;
+            m.expert_rows = expert_rows;
+            m.glu = glu;
+            m.n_out = n_out;
+            m.group_expert = group_expert_;
+            m.n_groups = groups;
+            m.x = x;
+            m.x_stride = n_in;
+            m.y = y;
+            m.y_stride = n_out;
+            moe_group_mma(m, stream_);
+            return;
+        }
         GemvArgs g;
-        g.x = xg_;
+        g.x = x;
         g.n_tok = kMoeGroupRows;
-        g.glu = true;
+        g.glu = glu;
         g.expert_ids = group_expert_;
         g.n_expert_slots = groups;
-        g.expert_rows = 2 * ff_e;
-        g.x_slot_stride = kMoeGroupRows * E;
-        g.y = eactg_;
-        g.y_slot_stride = kMoeGroupRows * ff_e;
+        g.expert_rows = expert_rows;
+        g.x_slot_stride = kMoeGroupRows * n_in;
+        g.y = y;
+        g.y_slot_stride = kMoeGroupRows * n_out;
         g.skip_negative_ids = true;
-        gemv(L.moe.experts_gate_up, g, stream_);
-    }
-    if (mma && moe_mma_supported(L.moe.experts_down, false, E)) {
-        MoeMmaArgs m;
-        m.w = L.moe.experts_down;
-        m.expert_rows = E;
-        m.glu = false;
-        m.n_out = E;
-        m.group_expert = group_expert_;
-        m.n_groups = groups;
-        m.x = eactg_;
-        m.x_stride = ff_e;
-        m.y = eoutg_;
-        m.y_stride = E;
-        moe_group_mma(m, stream_);
-    } else {
-        GemvArgs d;
-        d.x = eactg_;
-        d.n_tok = kMoeGroupRows;
-        d.expert_ids = group_expert_;
-        d.n_expert_slots = groups;
-        d.expert_rows = E;
-        d.x_slot_stride = kMoeGroupRows * ff_e;
-        d.y = eoutg_;
-        d.y_slot_stride = kMoeGroupRows * E;
-        d.skip_negative_ids = true;
-        gemv(L.moe.experts_down, d, stream_);
-    }
+        gemv(w, g, stream_);
+    };
+    stack(L.moe.experts_gate_up, true, 2 * ff_e, E, ff_e, xg_, eactg_);
+    stack(L.moe.experts_down, false, E, ff_e, E, eactg_, eoutg_);
 }
 
 // MTP rows (cuda_hybrid_forward.h mtp_eval): x = fc([norm_embd(embd[ids]) | norm_hidden(mtp_hidden_)]),
