@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace pelican::cuda {
 namespace {
@@ -146,8 +147,11 @@ __global__ void swiglu_stacked_kernel4(const float4* __restrict__ gu, float4* __
 }
 
 // x [n_rows, x_stride], gate [n_rows, gate_stride]; one index per gated element.
+// PDL launch (decode: between the attention kernel and the wo GEMV, both PDL): waits for the
+// previous grid before touching x or gate; the implicit trigger at exit.
 __global__ void sigmoid_gate_mul_kernel(float* x, int64_t x_stride, const float* __restrict__ gate,
                                         int64_t gate_stride, int64_t n_rows, int64_t n) {
+    pdl_wait();
     const int64_t total = n_rows * n;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -259,9 +263,8 @@ void swiglu_stacked(const float* gu, float* y, int64_t n_rows, int64_t n_half, c
 void sigmoid_gate_mul(float* x, int64_t x_stride, const float* gate, int64_t gate_stride, int64_t n_rows,
                       int64_t n, cudaStream_t stream) {
     if (n_rows <= 0 || n <= 0) return;
-    sigmoid_gate_mul_kernel<<<grid_for(n_rows * n), kThreads, 0, stream>>>(x, x_stride, gate, gate_stride,
-                                                                           n_rows, n);
-    PELICAN_CUDA_CHECK_LAUNCH();
+    launch_pdl(sigmoid_gate_mul_kernel, dim3(grid_for(n_rows * n)), dim3(kThreads), 0, stream, x, x_stride,
+               gate, gate_stride, n_rows, n);
 }
 
 void add_bias(float* y, const float* bias, int64_t n_rows, int64_t n, cudaStream_t stream) {
