@@ -86,6 +86,9 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const MoeRou
     for (int r = static_cast<int>(blockIdx.x) * kRouterWarps + warp; r < a.n_rows; r += row_step) {
         const float4* wr = reinterpret_cast<const float4*>(a.w + static_cast<int64_t>(r) * a.w_stride);
         float acc = 0.0f;
+        // Unrolled so that a whole row's loads (n_embd 2048: 16 per lane) are in flight at once; the
+        // FMA order (and so the result) is the loop's.
+#pragma unroll 16
         for (int f = lane; f < nf; f += 32) {
             const float4 w = __ldg(wr + f);
             const float4 x = reinterpret_cast<const float4*>(xs)[f];
