@@ -108,19 +108,6 @@ Status CudaHybridForward::init() {
     const int64_t ff_e = std::max<int64_t>(hy.n_ff_expert, 1);
     const size_t attn_ws_bytes = attention_workspace_bytes(n_ctx_, static_cast<int>(hp_.n_head),
                                                            static_cast<int>(hp_.head_dim), kMicro);
-    Carver c;
-    const size_t o_x = c.add(M * E * f), o_proj = c.add(M * std::max(w_dn_, w_at_) * f),
-                 o_conv = c.add(M * s.conv_dim() * f),
-                 o_core = c.add(M * std::max({s.value_dim(), Q, E}) * f),
-                 o_gu = c.add(M * 2 * std::max<int64_t>(ff, 1) * f),
-                 o_act = c.add(M * std::max<int64_t>(ff_sh, 1) * f),
-                 o_router = c.add(M * (hy.n_expert + 1) * f), o_ids = c.add(M * k * 4),
-                 o_wts = c.add(M * k * f), o_eact = c.add(M * k * ff_e * f), o_eout = c.add(M * k * E * f),
-                 o_sout = c.add(M * E * f), o_logits = c.add(ML * V * f), o_aws = c.add(attn_ws_bytes),
-                 o_mcat = c.add(has_mtp() ? ML * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? ML * E * f : 0),
-                 o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)),
-                 o_cctr = c.add(static_cast<size_t>(E) * sizeof(unsigned)),
-                 o_xn = c.add(chunk_ > 0 ? M * E * f : 0), o_tmp = c.add(chunk_ > 0 ? M * tmp_w * f : 0);
     // Grouped experts (prompt chunks of a MoE model): PELICAN_MOE_GROUPED=0 keeps slot-wise GEMVs.
     const char* ge = std::getenv("PELICAN_MOE_GROUPED");
     grouped_ = chunk_ > 0 && hy.moe && !(ge && ge[0] == '0');
@@ -130,6 +117,21 @@ Status CudaHybridForward::init() {
                                         gemv_max_tokens(mo.experts_down) < kMoeGroupRows))
             grouped_ = false;
     }
+    // Slot-wise expert rows: with grouped experts only decode and micro-batches (<= kMicro tokens) use them.
+    const size_t MS = grouped_ ? ML : M;
+    Carver c;
+    const size_t o_x = c.add(M * E * f), o_proj = c.add(M * std::max(w_dn_, w_at_) * f),
+                 o_conv = c.add(M * s.conv_dim() * f),
+                 o_core = c.add(M * std::max({s.value_dim(), Q, E}) * f),
+                 o_gu = c.add(M * 2 * std::max<int64_t>(ff, 1) * f),
+                 o_act = c.add(M * std::max<int64_t>(ff_sh, 1) * f),
+                 o_router = c.add(M * (hy.n_expert + 1) * f), o_ids = c.add(M * k * 4),
+                 o_wts = c.add(M * k * f), o_eact = c.add(MS * k * ff_e * f), o_eout = c.add(MS * k * E * f),
+                 o_sout = c.add(M * E * f), o_logits = c.add(ML * V * f), o_aws = c.add(attn_ws_bytes),
+                 o_mcat = c.add(has_mtp() ? ML * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? ML * E * f : 0),
+                 o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)),
+                 o_cctr = c.add(static_cast<size_t>(E) * sizeof(unsigned)),
+                 o_xn = c.add(chunk_ > 0 ? M * E * f : 0), o_tmp = c.add(chunk_ > 0 ? M * tmp_w * f : 0);
     const size_t groups =
         grouped_ ? static_cast<size_t>(moe_group_max_groups(static_cast<int>(M) * k, hy.n_expert + 1)) : 0;
     const size_t g_rows = groups * kMoeGroupRows;

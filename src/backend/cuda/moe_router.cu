@@ -86,13 +86,21 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const MoeRou
     for (int r = static_cast<int>(blockIdx.x) * kRouterWarps + warp; r < a.n_rows; r += row_step) {
         const float4* wr = reinterpret_cast<const float4*>(a.w + static_cast<int64_t>(r) * a.w_stride);
         float acc = 0.0f;
-        // Unrolled so that a whole row's loads (n_embd 2048: 16 per lane) are in flight at once; the
-        // FMA order (and so the result) is the loop's.
-#pragma unroll 16
-        for (int f = lane; f < nf; f += 32) {
-            const float4 w = __ldg(wr + f);
-            const float4 x = reinterpret_cast<const float4*>(xs)[f];
-            acc = fmaf(w.x, x.x, fmaf(w.y, x.y, fmaf(w.z, x.z, fmaf(w.w, x.w, acc))));
+        // Batches of 16 float4 per lane: all of a batch's loads are issued before its FMAs (a 2048-wide
+        // row is one batch), which a plain unrolled loop did not get from the compiler. The FMA order
+        // (and so the result) is the plain loop's: f ascending.
+        constexpr int kB = 16;
+        for (int f0 = lane; f0 < nf; f0 += 32 * kB) {
+            float4 w[kB];
+#pragma unroll
+            for (int u = 0; u < kB; ++u)
+                w[u] = f0 + 32 * u < nf ? __ldg(wr + f0 + 32 * u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int u = 0; u < kB; ++u) {
+                if (f0 + 32 * u >= nf) break;
+                const float4 x = reinterpret_cast<const float4*>(xs)[f0 + 32 * u];
+                acc = fmaf(w[u].x, x.x, fmaf(w[u].y, x.y, fmaf(w[u].z, x.z, fmaf(w[u].w, x.w, acc))));
+            }
         }
         acc = warp_sum_f(acc);
         if (lane == 0) a.logits[r] = acc;
