@@ -18,6 +18,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_impl.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "core/env.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -55,18 +56,12 @@ int decode_splits(int64_t n_ctx, int n_kv_head) {
 constexpr int kMinPairs = 8;  // (kv head, row block) pairs the streaming kernel aims for
 
 bool row_blocks_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("PELICAN_ATTN_ROW_BLOCKS");
-        return !(e && e[0] == '0');
-    }();
+    static const bool on = env_switch_on("PELICAN_ATTN_ROW_BLOCKS");
     return on;
 }
 
 bool combine2_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("PELICAN_ATTN_COMBINE2");
-        return !(e && e[0] == '0');
-    }();
+    static const bool on = env_switch_on("PELICAN_ATTN_COMBINE2");
     return on;
 }
 

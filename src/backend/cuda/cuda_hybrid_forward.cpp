@@ -13,6 +13,7 @@
 #include "backend/cuda/gpu_upload.h"
 #include "backend/cuda/host_staging.h"
 #include "backend/cuda/moe.h"
+#include "core/env.h"
 #include "core/format_bytes.h"
 #include "model/hybrid_hparams.h"
 #include "model/model.h"
@@ -57,8 +58,8 @@ Status CudaHybridForward::init() {
     const size_t f = sizeof(float);
     // Prompt chunks: every layer over up to chunk_ tokens at once (GEMMs); PELICAN_HYBRID_CHUNK=0
     // keeps prompts in micro-batches of kMicro tokens.
-    const char* ce = std::getenv("PELICAN_HYBRID_CHUNK");
-    if (!(ce && ce[0] == '0') && n_batch_ > kMicro) chunk_ = std::min<int64_t>(n_batch_, kMaxChunk);
+    if (env_switch_on("PELICAN_HYBRID_CHUNK") && n_batch_ > kMicro)
+        chunk_ = std::min<int64_t>(n_batch_, kMaxChunk);
     const size_t M = static_cast<size_t>(std::max<int64_t>(kMicro, chunk_)), ML = kMicro;
     PELICAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : step_ev_) PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -109,8 +110,7 @@ Status CudaHybridForward::init() {
     const size_t attn_ws_bytes = attention_workspace_bytes(n_ctx_, static_cast<int>(hp_.n_head),
                                                            static_cast<int>(hp_.head_dim), kMicro);
     // Grouped experts (prompt chunks of a MoE model): PELICAN_MOE_GROUPED=0 keeps slot-wise GEMVs.
-    const char* ge = std::getenv("PELICAN_MOE_GROUPED");
-    grouped_ = chunk_ > 0 && hy.moe && !(ge && ge[0] == '0');
+    grouped_ = chunk_ > 0 && hy.moe && env_switch_on("PELICAN_MOE_GROUPED");
     for (int il = 0; grouped_ && il < hp_.n_layer; ++il) {  // 8 token rows must fit the GEMV's shared memory
         const GpuMoe& mo = gm_->hybrid_layer(il).moe;
         if (mo.experts_gate_up.data && (gemv_max_tokens(mo.experts_gate_up) < kMoeGroupRows ||
@@ -138,8 +138,7 @@ Status CudaHybridForward::init() {
     const size_t o_gexp = c.add(groups * 4), o_srow = c.add(grouped_ ? M * k * 4 : 0),
                  o_rslot = c.add(g_rows * 4), o_xg = c.add(g_rows * E * f),
                  o_eactg = c.add(g_rows * ff_e * f), o_eoutg = c.add(g_rows * E * f);
-    const char* dc = std::getenv("PELICAN_DN_CHUNKED");
-    const bool dn_chunked = chunk_ > 0 && s.n_v_heads > 0 && !(dc && dc[0] == '0');
+    const bool dn_chunked = chunk_ > 0 && s.n_v_heads > 0 && env_switch_on("PELICAN_DN_CHUNKED");
     const size_t o_dn = c.add(dn_chunked ? deltanet_chunk_scratch_bytes(M, s.n_v_heads, s.d_k) : 0);
     scratch_ = DeviceBuffer(c.total());
     if (!scratch_.ok())

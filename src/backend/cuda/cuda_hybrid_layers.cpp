@@ -13,6 +13,7 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/layer_args.h"
 #include "backend/cuda/moe.h"
+#include "core/env.h"
 #include "model/hybrid_hparams.h"
 #include "model/model.h"
 
@@ -67,10 +68,7 @@ DeltaNetStepArgs CudaHybridForward::deltanet_args(const GpuHybridLayer& L, int s
 
 // PELICAN_FUSED_COMBINE=0: the decode step's MoE closes with moe_combine instead of the down GEMV's tail.
 static bool fused_combine_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("PELICAN_FUSED_COMBINE");
-        return !(e && e[0] == '0');
-    }();
+    static const bool on = env_switch_on("PELICAN_FUSED_COMBINE");
     return on;
 }
 
@@ -269,10 +267,7 @@ void CudaHybridForward::moe_slot_experts(const GpuHybridLayer& L, int n, int ko,
 
 // PELICAN_MOE_MMA=0: grouped experts of prompt chunks through the GEMVs, not the tensor-core kernel.
 static bool moe_mma_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("PELICAN_MOE_MMA");
-        return !(e && e[0] == '0');
-    }();
+    static const bool on = env_switch_on("PELICAN_MOE_MMA");
     return on;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/gemv_impl.cuh"
+#include "core/env.h"
 
 namespace pelican::cuda {
 namespace detail {
@@ -329,7 +330,7 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
     const int nv = kGemvVariants;
     if (times)
         for (int v = 0; v < nv; ++v) times[v] = -1.0f;
-    if (const char* e = std::getenv("PELICAN_GEMV_AUTOTUNE"); e && e[0] == '0') return;
+    if (!env_switch_on("PELICAN_GEMV_AUTOTUNE")) return;
     if (m.data == nullptr || m.n_out <= 0 || ex.n_tok < 1 || ex.n_tok > kMaxGemvTokens) return;
     const bool expert = ex.n_expert_slots > 0;
     if (ex.n_expert_slots < 0 || ex.n_expert_slots > 65535) return;
@@ -434,10 +435,7 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
     // The L2-prefetch variants (indices >= kGemvConfigs * kGemvPolicies) have not run on a GPU yet:
     // autotuning considers them only with PELICAN_GEMV_PREFETCH=1 until a GPU run has verified them
     // (tests force every variant regardless).
-    static const bool try_prefetch = [] {
-        const char* e = std::getenv("PELICAN_GEMV_PREFETCH");
-        return e && e[0] == '1';
-    }();
+    static const bool try_prefetch = env_switch_set("PELICAN_GEMV_PREFETCH");
     for (int round = 0; round < kRounds; ++round) {
         for (int v = 0; v < nv; ++v) {
             if (!try_prefetch && v >= kGemvConfigs * kGemvPolicies) continue;
@@ -466,10 +464,7 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
     }
     m.gemv_variant = win;
     // PELICAN_GEMV_TUNE_LOG=1: one line per tuned shape (docs/performance.md quotes them).
-    static const bool log = [] {
-        const char* e = std::getenv("PELICAN_GEMV_TUNE_LOG");
-        return e && e[0] == '1';
-    }();
+    static const bool log = env_switch_set("PELICAN_GEMV_TUNE_LOG");
     if (log) {
         const int def = gemv_default_variant(m, ex);
         std::fprintf(stderr,

@@ -8,6 +8,7 @@
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "core/env.h"
 
 namespace pelican::cuda {
 namespace {
@@ -121,10 +122,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const MoeRou
 }  // namespace
 
 bool moe_router_fused_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("PELICAN_FUSED_ROUTER");
-        return !(e && e[0] == '0');
-    }();
+    static const bool on = env_switch_on("PELICAN_FUSED_ROUTER");
     return on;
 }
 

@@ -11,11 +11,11 @@
 // environment disables the attribute (every launch fully serialised) for debugging.
 #pragma once
 
-#include <cstdlib>
 
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/env.h"
 
 namespace pelican::cuda {
 
@@ -33,10 +33,7 @@ __device__ __forceinline__ void pdl_trigger() {
 
 // True unless PELICAN_PDL=0 (read once).
 inline bool pdl_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("PELICAN_PDL");
-        return !(e && e[0] == '0');
-    }();
+    static const bool on = env_switch_on("PELICAN_PDL");
     return on;
 }
 
