@@ -371,7 +371,6 @@ __global__ void __launch_bounds__(kStreamThreads, RB <= 4 ? 3 : 2) attn_stream_k
     };
 
     int* const top = p.counters + kvh * nz + zb;
-    __syncthreads();  // red / st_m are reused by the combine below
     if (p.group_ml != nullptr && n_active > kCombineDirect) {
         const int G = combine_group_size(n_active), n_grp = (n_active + G - 1) / G, grp = split / G;
         const int g_n = min(G, n_active - grp * G);

@@ -99,16 +99,17 @@ __device__ void load_rows(const DeltaNetStepArgs& p, const Cols& c, int t0, int 
 }
 
 // P[i][j] = f_i (x_i . y_j) exp(gam_i - gam_j) for j < i (or j <= i with diag), else 0; i, j < kC;
-// rows >= L are zero. x, y [kC, ld] with ld odd (lanes read distinct banks); f null = 1.
+// rows >= L are zero. x [kC, ldx] is read as a broadcast (one i per warp), y [kC, ldy] per lane (ldy
+// odd: distinct banks); f null = 1.
 template <int D>
-__device__ void decayed_dots(const float* x, const float* y, int ld, const float* f, const float* gam, int L,
-                             bool diag, float* P) {
+__device__ void decayed_dots(const float* x, int ldx, const float* y, int ldy, const float* f,
+                             const float* gam, int L, bool diag, float* P) {
     for (int idx = threadIdx.x; idx < kC * kC; idx += kThreads) {
         const int i = idx / kC, j = idx % kC;
         float acc = 0.0f;
         if (i < L && (j < i || (diag && j == i))) {
 #pragma unroll 8
-            for (int a = 0; a < D; ++a) acc = fmaf(x[i * ld + a], y[j * ld + a], acc);
+            for (int a = 0; a < D; ++a) acc = fmaf(x[i * ldx + a], y[j * ldy + a], acc);
             acc *= expf(gam[i] - gam[j]);
             if (f) acc *= f[i];
         }
@@ -154,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) dn_prep_kernel(const DeltaNetStepArg
         for (int i = 0; i < L; ++i) gam[i] = cum += gam[i];
     }
     __syncthreads();
-    decayed_dots<D>(Ks, Ks, LD, bet, gam, L, false, A);
+    decayed_dots<D>(Ks, LD, Ks, LD, bet, gam, L, false, A);
     __syncthreads();
     // kd out; right-hand sides in place: beta v and beta k exp(gamma).
     const float g_last = gam[L - 1];
@@ -316,18 +317,8 @@ __global__ void __launch_bounds__(kThreads) dn_out_kernel(const DeltaNetStepArgs
     for (int idx = tid; idx < L * D; idx += kThreads) Vn[idx] = sc.u[((t0 + idx / D) * nv + h) * D + idx % D];
     if (tid < L) gam[tid] = sc.gam[(t0 + tid) * nv + h];
     __syncthreads();
-    // P[i][t] = (q_i . k_t) exp(gamma_i - gamma_t), t <= i: q_i is a broadcast (one i per warp), k_t a
-    // per-lane read of the padded K.
-    for (int idx = tid; idx < kC * kC; idx += kThreads) {
-        const int i = idx / kC, t = idx % kC;
-        float acc = 0.0f;
-        if (i < L && t <= i) {
-#pragma unroll 8
-            for (int a = 0; a < D; ++a) acc = fmaf(Qs[i * D + a], Ks[t * LD + a], acc);
-            acc *= expf(gam[i] - gam[t]);
-        }
-        P[i * kLA + t] = acc;
-    }
+    decayed_dots<D>(Qs, D, Ks, LD, nullptr, gam, L, true,
+                    P);  // P[i][t] = (q_i . k_t) exp(gamma_i - gamma_t), t <= i
     __syncthreads();
     // o[i][j] = exp(gamma_i) sum_a q_i[a] S_c[a][j] + sum_t P[i][t] v'[t][j], rows i = rg + r RG.
     const float* S = sc.hs + ((int64_t{c} * nv + h) * D) * D;

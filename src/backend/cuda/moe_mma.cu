@@ -28,8 +28,8 @@
 // of the dense prompt GEMMs (dequantize_matrix to F16); x rounds to f16 as PrefillMatmul's does.
 #include <cstdio>
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
-#include <type_traits>
 
 #include <cuda_fp16.h>
 
@@ -66,8 +66,8 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
 }
 
 // ---- per-type access: Rows (pointers of rows g and g + 8), Blk (one lane's block of both rows),
-// load(rows, b), frag(blk, s, a) (step s's A fragment), stage(c, blk, step) (where x values 4c .. 4c + 3
-// go: block blk, step = value / 4 inside it) ----
+// load(rows, b), scales(blk, b) (the block's dequantization scales), frag(blk, scales, s, a) (step s's A
+// fragment), stage(c, blk, step) (where x values 4c .. 4c + 3 go: block blk, step = value / 4 inside it) ----
 
 __device__ __forceinline__ const uint8_t* plane_row(const MoeMmaArgs& p, int k, int64_t row) {
     return static_cast<const uint8_t*>(p.w.data) + p.w.off[k] + row * p.w.stride[k];
@@ -107,7 +107,7 @@ struct MmaQ4_0 {
     struct Scales {
         __half2 da, db;
     };
-    __device__ static Scales scales(const Blk& w) {
+    __device__ static Scales scales(const Blk& w, int /*b*/) {
         return {__half2half2(__ushort_as_half(w.sa)), __half2half2(__ushort_as_half(w.sb))};
     }
     __device__ static void frag(const Blk& w, const Scales& sc, int s, uint32_t (&a)[4]) {
@@ -161,7 +161,7 @@ struct MmaQ4_K {
         ml[0] = __fmul_rn(dmin, static_cast<float>(m0));
         ml[1] = __fmul_rn(dmin, static_cast<float>(m1));
     }
-    // Needs the block index for the unit's position in its super-block: scales(w, b).
+    // b: the block index (its unit's position in the super-block picks the scale / min pair).
     __device__ static Scales scales(const Blk& w, int b) {
         Scales s;
         pair_scales(w.ha, b >> 1, s.dl[0], s.ml[0]);
@@ -197,16 +197,8 @@ struct MmaQ4_K {
 };
 
 template <typename T>
-__device__ __forceinline__ typename T::Scales scales_of(const typename T::Blk& w, int b) {
-    if constexpr (std::is_same_v<T, MmaQ4_K>)
-        return T::scales(w, b);
-    else
-        return T::scales(w);
-}
-
-template <typename T>
 __device__ __forceinline__ void mma_blk(const typename T::Blk& w, int b, const __half* xb, float (&c)[4]) {
-    const typename T::Scales sc = scales_of<T>(w, b);
+    const typename T::Scales sc = T::scales(w, b);
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
         uint32_t a[4];
@@ -300,15 +292,25 @@ void launch(const MoeMmaArgs& a, cudaStream_t stream) {
     launch_pdl(moe_mma_kernel<T, GLU>, grid, dim3(kThreads), smem_bytes(a.w.n_in), stream, a);
 }
 
-// The device's opt-in shared memory per block (bytes), capped at kMaxSmem; 0 when it cannot be read.
+// The current device's opt-in shared memory per block (bytes), capped at kMaxSmem; 0 when it cannot be
+// read. Queried once per device (moe_mma_supported runs for every layer of every prompt chunk).
 size_t smem_limit() {
+    static std::atomic<int> cached[32] = {};  // limit + 1 per device id; 0 = not yet queried
     int dev = 0, optin = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
-    return std::min(kMaxSmem, static_cast<size_t>(optin));
+    if (dev < 32)
+        if (const int c = cached[dev].load(std::memory_order_relaxed); c > 0)
+            return static_cast<size_t>(c - 1);
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    const size_t limit = std::min(kMaxSmem, static_cast<size_t>(optin));
+    if (dev < 32) cached[dev].store(static_cast<int>(limit) + 1, std::memory_order_relaxed);
+    return limit;
 }
 
 }  // namespace

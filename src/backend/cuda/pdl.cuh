@@ -11,7 +11,6 @@
 // environment disables the attribute (every launch fully serialised) for debugging.
 #pragma once
 
-
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
