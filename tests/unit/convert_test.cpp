@@ -1,6 +1,7 @@
 // pelican convert: HF folder -> GGUF (names, shapes, permuted q/k, metadata, tokenizer), quantized
-// outputs within the quantizers' bounds, GGUF -> GGUF, synthetic models (tensor lists, determinism,
-// loadable and finite), golden fixtures through convert give transformers' logits, and errors.
+// outputs within the quantizers' bounds, GGUF -> GGUF, golden fixtures through convert give
+// transformers' logits, errors, the CLI. Synthetic models: convert_synthetic_test.cpp; shared helpers:
+// convert_test_util.h.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -29,28 +30,22 @@
 #include "model/model.h"
 #include "model/rope_permute.h"
 #include "tokenizer/tokenizer.h"
+#include "convert_test_util.h"
 
 namespace pelican {
 namespace {
 
 namespace fs = std::filesystem;
-
-const fs::path kSource = PELICAN_SOURCE_DIR;
-const fs::path kSpmVocab = fs::path(PELICAN_SHARED_DIR) / "data" / "vocab" / "ggml-vocab-llama-spm.gguf";
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static int counter = 0;
-        path = fs::temp_directory_path() / fmt::format("pelican_convert_{}_{}", ::getpid(), counter++);
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() { fs::remove_all(path); }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+using test::block_amax;
+using test::file_bytes;
+using test::kSource;
+using test::kSpmVocab;
+using test::kSynthConfig;
+using test::quiet;
+using test::TempDir;
+using test::to_f32;
+using test::write_synthetic;
+using test::write_text;
 
 // A tiny HF checkpoint: torch-order shapes and the fp32 values the converter must see (after the
 // storage dtype's rounding).
@@ -135,13 +130,6 @@ HfMap write_tiny_hf(const std::string& dir, const Tiny& s, uint32_t seed = 1) {
     return m;
 }
 
-std::vector<float> to_f32(const GgufFile& f, const GgufTensorInfo& t) {
-    std::vector<float> out(t.n_elements());
-    EXPECT_TRUE(
-        dequantize_row(t.type, f.tensor_data(t).data(), out.data(), static_cast<int64_t>(out.size())).ok());
-    return out;
-}
-
 // The HF values a GGUF tensor must hold: same order, or q/k rows permuted (weights and biases).
 std::vector<float> expected_gguf_values(const HfTensorData& t, int64_t permute_heads) {
     if (permute_heads == 0) return t.values;
@@ -179,14 +167,6 @@ std::string gguf_name_of(const std::string& hf) {
         {"mlp.down_proj.weight", "ffn_down.weight"}};
     const size_t a = std::string("model.layers.").size(), b = hf.find('.', a);
     return "blk." + hf.substr(a, b - a) + "." + parts.at(hf.substr(b + 1));
-}
-
-ConvertOptions quiet(DType t) {
-    ConvertOptions o;
-    o.type = t;
-    o.emit.progress = false;
-    o.emit.threads = 2;
-    return o;
 }
 
 GgufFile convert_ok(const std::string& in, const std::string& out, DType t) {
@@ -299,14 +279,6 @@ TEST(Convert, HfLlamaBiasesArePermutedToo) {
     check_hf_conversion(s, true, "llama");
 }
 
-// Largest |x| of each 32-element block of a row-major [rows, row_len] array.
-float block_amax(const std::vector<float>& v, size_t i, size_t block) {
-    const size_t b0 = i / block * block;
-    float a = 0;
-    for (size_t j = b0; j < b0 + block; ++j) a = std::max(a, std::fabs(v[j]));
-    return a;
-}
-
 TEST(Convert, QuantizedOutputsWithinBounds) {
     TempDir dir;
     const HfMap hf = write_tiny_hf(dir.path.string(), Tiny{});
@@ -372,196 +344,6 @@ TEST(Convert, GgufToGguf) {
         const std::vector<float> a = to_f32(f32, *f32.find_tensor(t.name)), b = to_f32(q8, t);
         for (size_t i = 0; i < a.size(); ++i)
             ASSERT_NEAR(a[i], b[i], block_amax(a, i, 32) / 127 * 0.5f * 1.002f + 1e-7f) << t.name;
-    }
-}
-
-// ---- synthetic --------------------------------------------------------------------------------
-
-const char* kSynthConfig = R"({"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-5})";
-
-Expected<EmitStats> write_synthetic(const std::string& arch, const std::string& config,
-                                    const std::string& out, DType t, uint64_t seed,
-                                    const std::string& vocab = kSpmVocab.string(), int threads = 2) {
-    SyntheticOptions s{
-        .arch = arch, .config_json = config, .config_name = "test config", .vocab = vocab, .seed = seed};
-    ConvertOptions o = quiet(t);
-    o.emit.threads = threads;
-    PELICAN_ASSIGN(ConvertJob job, plan_synthetic(s, o));
-    return write_job(job, out, o.emit);
-}
-
-std::vector<uint8_t> file_bytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-TEST(Convert, SyntheticTensorsAndDeterminism) {
-    TempDir dir;
-    ASSERT_TRUE(write_synthetic("llama", kSynthConfig, dir / "a.gguf", DType::F32, 5).ok());
-    // b: one thread (a uses two); token_embd (128 x 32000 f32, 16.4 MB) spans two write chunks.
-    ASSERT_TRUE(
-        write_synthetic("llama", kSynthConfig, dir / "b.gguf", DType::F32, 5, kSpmVocab.string(), 1).ok());
-    ASSERT_TRUE(write_synthetic("llama", kSynthConfig, dir / "c.gguf", DType::F32, 6).ok());
-    ASSERT_TRUE(write_synthetic("llama", kSynthConfig, dir / "q.gguf", DType::Q8_0, 5).ok());
-    EXPECT_EQ(file_bytes(dir / "a.gguf"), file_bytes(dir / "b.gguf"));
-    EXPECT_NE(file_bytes(dir / "a.gguf"), file_bytes(dir / "c.gguf"));
-
-    auto f = GgufFile::open(dir / "a.gguf");
-    ASSERT_TRUE(f.ok());
-    const uint64_t V = 32000;  // llama-spm vocabulary
-    std::map<std::string, std::vector<uint64_t>> want = {
-        {"token_embd.weight", {128, V}}, {"output_norm.weight", {128}}, {"output.weight", {128, V}}};
-    for (int l = 0; l < 2; ++l) {
-        const auto n = [l](const char* b) { return fmt::format("blk.{}.{}.weight", l, b); };
-        want[n("attn_norm")] = {128};
-        want[n("attn_q")] = {128, 128};
-        want[n("attn_k")] = {128, 64};
-        want[n("attn_v")] = {128, 64};
-        want[n("attn_output")] = {128, 128};
-        want[n("ffn_norm")] = {128};
-        want[n("ffn_gate")] = {128, 256};
-        want[n("ffn_up")] = {128, 256};
-        want[n("ffn_down")] = {256, 128};
-    }
-    ASSERT_EQ(f->tensors().size(), want.size());
-    for (const GgufTensorInfo& t : f->tensors()) {
-        ASSERT_TRUE(want.count(t.name)) << t.name;
-        EXPECT_EQ(t.dims, want[t.name]) << t.name;
-        // Magnitudes: matrices ~ N(0, 0.02^2), norms ~ 1 + N(0, 0.02^2).
-        const std::vector<float> v = to_f32(*f, t);
-        double sum = 0, sq = 0;
-        for (float x : v) sum += x, sq += x * x;
-        const double mean = sum / v.size(), sd = std::sqrt(sq / v.size() - mean * mean);
-        const bool norm = t.dims.size() == 1;
-        EXPECT_NEAR(mean, norm ? 1.0 : 0.0, norm ? 0.01 : 0.002) << t.name;
-        EXPECT_NEAR(sd, 0.02, 0.004) << t.name;
-    }
-    EXPECT_EQ(f->get_string("general.architecture"), "llama");
-    EXPECT_EQ(f->get_int("llama.context_length"), 4096);
-    EXPECT_EQ(f->get_string_array("tokenizer.ggml.tokens")->size(), V);
-    EXPECT_EQ(f->get_string("tokenizer.ggml.model"), "llama");
-
-    // The q8_0 file holds the same values, quantized.
-    auto q = GgufFile::open(dir / "q.gguf");
-    ASSERT_TRUE(q.ok());
-    const std::vector<float> a = to_f32(*f, *f->find_tensor("blk.1.ffn_down.weight"));
-    const std::vector<float> b = to_f32(*q, *q->find_tensor("blk.1.ffn_down.weight"));
-    for (size_t i = 0; i < a.size(); ++i)
-        ASSERT_NEAR(a[i], b[i], block_amax(a, i, 32) / 254 * 1.002f + 1e-7f);
-}
-
-TEST(Convert, SyntheticArchitecturesLoadAndRun) {
-    TempDir dir;
-    struct Case {
-        const char* arch;
-        const char* extra;
-        std::vector<std::string> has, lacks;
-    };
-    const std::vector<Case> cases = {
-        {"llama", "", {"output.weight"}, {"blk.0.attn_q.bias"}},
-        {"qwen2",
-         R"(, "tie_word_embeddings": true)",
-         {"blk.1.attn_q.bias", "blk.1.attn_v.bias"},
-         {"output.weight"}},
-        {"qwen3", R"(, "head_dim": 64)", {"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"}, {}},
-        {"mistral", "", {"output.weight"}, {}},
-        {"granite",
-         R"(, "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
-                        "logits_scaling": 8.0)",
-         {},
-         {}},
-        {"llama",
-         R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                        "high_freq_factor": 4.0, "original_max_position_embeddings": 512})",
-         {"rope_freqs.weight"},
-         {}},
-    };
-    ThreadPool pool(2);
-    for (const Case& c : cases) {
-        std::string cfg = kSynthConfig;
-        cfg.insert(cfg.rfind('}'), c.extra);
-        const std::string out = dir / fmt::format("{}.gguf", c.arch);
-        auto r = write_synthetic(c.arch, cfg, out, DType::Q8_0, 1);
-        ASSERT_TRUE(r.ok()) << c.arch << ": " << r.error().message;
-        auto f = GgufFile::open(out);
-        ASSERT_TRUE(f.ok());
-        for (const auto& n : c.has) EXPECT_NE(f->find_tensor(n), nullptr) << c.arch << " " << n;
-        for (const auto& n : c.lacks) EXPECT_EQ(f->find_tensor(n), nullptr) << c.arch << " " << n;
-        if (std::string(c.arch) == "granite") {
-            EXPECT_FLOAT_EQ(static_cast<float>(*f->get_float("granite.embedding_scale")), 12.0f);
-            EXPECT_FLOAT_EQ(static_cast<float>(*f->get_float("granite.logit_scale")), 8.0f);
-        }
-        auto m = Model::load(out);
-        ASSERT_TRUE(m.ok()) << c.arch << ": " << m.error().message;
-        auto fw = Forward::create(**m, ForwardOptions{.n_ctx = 16});
-        ASSERT_TRUE(fw.ok());
-        const std::vector<int32_t> toks = {1, 450, 4996, 17354, 1701, 29916};
-        ASSERT_TRUE((*fw)->eval(toks, 0, pool).ok());
-        for (float x : (*fw)->last_logits()) ASSERT_TRUE(std::isfinite(x)) << c.arch;
-    }
-}
-
-// Qwen3.5 synthetic models: the full-size configs plan with the expected parameter counts (not
-// written: tens of GB), and scaled-down moe / dense ones load and run.
-TEST(Convert, SyntheticQwen35) {
-    struct Full {
-        const char* file;
-        double lo, hi;
-    };
-    for (const Full& c :
-         {Full{"qwen3.5-35b-a3b.json", 34.5e9, 36.5e9}, Full{"qwen3.5-122b-a10b.json", 120e9, 126e9}}) {
-        std::ifstream in(kSource / "tools/configs" / c.file);
-        const std::string cfg{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-        SyntheticOptions s{
-            .arch = "qwen3_5_moe", .config_json = cfg, .config_name = c.file, .vocab = kSpmVocab.string()};
-        auto job = plan_synthetic(s, quiet(DType::Q4_K));
-        ASSERT_TRUE(job.ok()) << c.file << ": " << job.error().message;
-        double params = 0;
-        for (const PlannedTensor& t : job->tensors) {
-            double n = 1;
-            for (uint64_t d : t.dims) n *= static_cast<double>(d);
-            params += n;
-        }
-        fmt::print("{}: {} tensors, {:.2f} B parameters\n", c.file, job->tensors.size(), params / 1e9);
-        EXPECT_GE(params, c.lo) << c.file;
-        EXPECT_LE(params, c.hi) << c.file;
-    }
-
-    TempDir dir;
-    const std::string mini = R"({"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-        "linear_key_head_dim": 32, "linear_value_head_dim": 32, "num_experts": 8, "num_experts_per_tok": 2,
-        "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "intermediate_size": 256,
-        "rope_parameters": {"rope_theta": 1e7, "partial_rotary_factor": 0.25, "mrope_section": [3, 3, 2]},
-        "mtp_num_hidden_layers": 1})";
-    ThreadPool pool(2);
-    for (const char* arch : {"qwen3_5_moe", "qwen3_5"}) {
-        const std::string out = dir / fmt::format("{}.gguf", arch);
-        auto r = write_synthetic(arch, mini, out, DType::Q8_0, 3);
-        ASSERT_TRUE(r.ok()) << arch << ": " << r.error().message;
-        auto f = GgufFile::open(out);
-        ASSERT_TRUE(f.ok());
-        const bool moe = std::string(arch) == "qwen3_5_moe";
-        const std::string a = moe ? "qwen35moe" : "qwen35";
-        EXPECT_EQ(f->get_string("general.architecture"), a);
-        EXPECT_EQ(f->get_int(a + ".block_count"), 5);
-        EXPECT_EQ(f->get_int(a + ".nextn_predict_layers"), 1);
-        EXPECT_EQ(f->find_tensor("blk.0.ssm_conv1d.weight")->type, DType::F32);
-        EXPECT_NE(f->find_tensor("blk.4.nextn.eh_proj.weight"), nullptr);
-        if (moe) {
-            EXPECT_EQ(f->find_tensor("blk.0.ffn_gate_exps.weight")->dims,
-                      (std::vector<uint64_t>{128, 64, 8}));
-        }
-        for (float x : to_f32(*f, *f->find_tensor("blk.0.ssm_a"))) EXPECT_LT(x, 0.0f);
-        auto m = Model::load(out);
-        ASSERT_TRUE(m.ok()) << arch << ": " << m.error().message;
-        auto fw = HybridForward::create(**m, ForwardOptions{.n_ctx = 16});
-        ASSERT_TRUE(fw.ok()) << fw.error().message;
-        const std::vector<int32_t> toks = {1, 450, 4996, 17354, 1701, 29916};
-        std::vector<float> logits(toks.size() * static_cast<size_t>((*m)->hparams().n_vocab));
-        ASSERT_TRUE((*fw)->eval(toks, 0, pool, logits).ok());
-        for (float x : logits) ASSERT_TRUE(std::isfinite(x)) << arch;
     }
 }
 
