@@ -21,6 +21,7 @@
 #include "convert/synthetic.h"
 #include "core/dequantize.h"
 #include "formats/gguf.h"
+#include "temp_dir.h"
 
 namespace pelican::test {
 
@@ -29,18 +30,6 @@ namespace fs = std::filesystem;
 inline const fs::path kSource = PELICAN_SOURCE_DIR;
 inline const fs::path kSpmVocab =
     fs::path(PELICAN_SHARED_DIR) / "data" / "vocab" / "ggml-vocab-llama-spm.gguf";
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static int counter = 0;
-        path = fs::temp_directory_path() / fmt::format("pelican_convert_{}_{}", ::getpid(), counter++);
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() { fs::remove_all(path); }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 

@@ -30,21 +30,11 @@
 #include "model/rope_freq.h"
 #include "model/rope_permute.h"
 #include "model/tensor_names.h"
+#include "temp_dir.h"
 
 namespace pelican::test {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-    fs::path path;
-    explicit TempDir(const std::string& tag) {
-        path = fs::temp_directory_path() / fmt::format("pelican_model_{}_{}", tag, ::getpid());
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() { fs::remove_all(path); }
-    std::string str(const std::string& name = "") const { return (path / name).string(); }
-};
 
 struct TinySpec {
     std::string model_type = "llama";  // HF model_type (and GGUF arch, except mistral -> llama)
