@@ -5,7 +5,7 @@
 #   tools/gpu/hybrid_check.sh [PHASE...]     phases: build test sanitize models bench peer table big [ab]
 #
 #   test      the hybrid GPU tests (cuda_deltanet, cuda_moe, cuda_moe_experts, cuda_moe_mma, cuda_hybrid_golden) and the ops
-#             they use (elementwise, attention)
+#             they use (elementwise, attention, rope_store)
 #   sanitize  compute-sanitizer memcheck + racecheck on cuda_deltanet_test, cuda_moe_test and
 #             cuda_moe_experts_test (small mode)
 #   models    Qwen3.5-35B-A3B-shaped GGUFs (tools/configs/qwen3.5-35b-a3b.json) in $TYPES, written by
@@ -39,7 +39,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 BIG_TYPE=${BIG_TYPE:-q4_0}
 BIG_TIMEOUT=${BIG_TIMEOUT:-540}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
-HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_moe_experts_test cuda_moe_mma_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test"
+HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_moe_experts_test cuda_moe_mma_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test cuda_rope_store_test"
 
 say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
