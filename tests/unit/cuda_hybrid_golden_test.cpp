@@ -270,11 +270,14 @@ TEST(CudaHybridSynthetic, MoeQ4_0TensorCoreExpertsMatchCpu) {
 }
 
 // The same smoke test with Q4_K weights (hidden and expert widths 256: whole Q4_K super-blocks; the
-// tensors with 128-wide rows fall back to another type in the converter). Its bounds are the Q4_0
-// test's, not yet measured for Q4_K (the CPU rounds activations to Q8_K blocks of 256 there).
+// tensors with 128-wide rows fall back to another type in the converter). Here the CPU rounds the
+// activations of every Q4_K matmul to Q8_K blocks of 256, while the GPU rounds them to int8 blocks of
+// 32 (decode GEMVs) or to f16 (chunk GEMMs and the tensor-core experts): unlike Q4_0, the one-token
+// steps do not share the CPU's rounding either, so both modes get the bound of a different rounding,
+// 0.15 (H200, cecefc3: prefill 9.97e-2, steps 1.19e-1, the Q4_0 steps bound 0.03 failed).
 TEST(CudaHybridSynthetic, MoeQ4_KTensorCoreExpertsMatchCpu) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
-    check_synthetic_gpu_vs_cpu("qwen3_5_moe", all_experts_config(256, 256), DType::Q4_K, 0.15, 0.03);
+    check_synthetic_gpu_vs_cpu("qwen3_5_moe", all_experts_config(256, 256), DType::Q4_K, 0.15, 0.15);
 }
 
 TEST(CudaHybridSynthetic, DenseMatchesCpu) {

@@ -3,8 +3,8 @@
 // (the references sum in double; the tests' tolerances cover the difference). This file must not
 // be built with --use_fast_math (expf / log1pf / sqrtf are the accurate versions).
 //
-// PDL (pdl.cuh): both kernels read only weights before pdl_wait(); the conv triggers its
-// dependents right after the wait, the step after it has loaded the state.
+// PDL (pdl.cuh): the conv reads only weights before pdl_wait() and triggers its dependents right after
+// the wait; the step reads its weights and the state (written two or more launches back) before it.
 #include <cstdio>
 #include <cstdlib>
 
@@ -144,11 +144,14 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
     const float norm_w = p.norm_w[j];
     const float q_scale = 1.0f / sqrtf(static_cast<float>(D));
 
-    pdl_wait();  // the state, conv_out, a, b, z come from earlier kernels; out is read by later ones
+    // The state was last written by this layer's previous step (or the chunked prompt pass, or a
+    // reset), at least two launches back (the conv kernel runs in between): pdl.cuh allows reading it
+    // before the wait, so its 64 KiB per head stream in while the conv kernel finishes.
     float* s_col = p.state + int64_t{h} * D * D + int64_t{grp} * RPT * D + j;  // S[h][RPT grp][j] (owners)
     float S[RPT];                                                              // S[i] = S[h][RPT grp + i][j]
 #pragma unroll
-    for (int i = 0; i < RPT; ++i) S[i] = owns ? s_col[int64_t{i} * D] : 0.0f;
+    for (int i = 0; i < RPT; ++i) S[i] = owns ? __ldcg(s_col + int64_t{i} * D) : 0.0f;
+    pdl_wait();  // conv_out, a, b, z come from the kernels just before; out is read by later ones
     pdl_trigger();
 
     // This thread's inputs of token t, loaded one token ahead of their use.
@@ -322,6 +325,7 @@ void dn::check_step_args(const DeltaNetStepArgs& a, const char* op) {
 void deltanet_step(const DeltaNetStepArgs& a, cudaStream_t stream) {
     if (a.n_tok <= 0) return;
     dn::check_step_args(a, "deltanet_step");
+    if (deltanet_step_split(a, stream)) return;
     const dim3 grid(static_cast<unsigned>(a.n_v_heads));
     switch (a.d_k) {
         case 16:

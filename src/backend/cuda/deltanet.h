@@ -59,13 +59,22 @@ struct DeltaNetStepArgs {
     const float* norm_w = nullptr;   // [d_v] RMSNormGated weight (plain, not 1 + w)
     float eps = 1e-6f;               // RMSNormGated epsilon
 
-    float* state = nullptr;  // [n_v_heads, d_k, d_v] fp32, in/out (S[h][i][j] at (h * d_k + i) * d_v + j)
+    // [n_v_heads, d_k, d_v] fp32, in/out (S[h][i][j] at (h * d_k + i) * d_v + j). deltanet_step reads
+    // it before its PDL wait (pdl.cuh): it must not be written by the kernel launched just before on
+    // the stream (the forward passes run conv1d_silu in between; copies and memsets are fine).
+    float* state = nullptr;
     // out [n_tok rows, out_stride floats apart] of n_v_heads * d_v values; out_stride 0 = value_dim.
     // Must not overlap any input or the state.
     float* out = nullptr;
     int64_t out_stride = 0;
 };
 void deltanet_step(const DeltaNetStepArgs& args, cudaStream_t stream);
+// deltanet_step's kernel for d_k = d_v = 128 on sm_90: four CTAs (a cluster) per value head instead
+// of one, bit-identical (deltanet_split.cu); false (nothing launched) where it does not apply or
+// PELICAN_DN_SPLIT=0. deltanet_step calls it first.
+bool deltanet_step_split(const DeltaNetStepArgs& args, cudaStream_t stream);
+// Tests and benchmarks: -1 (default) follows PELICAN_DN_SPLIT (on unless 0), 0 off, 1 on.
+void deltanet_set_split(int mode);
 
 // The same function over args.n_tok tokens in the chunked (WY) form for prompts, chunks of 64 tokens
 // (ref::gated_delta_rule_chunked; deltanet_chunk.cu): the intra-chunk triangular systems of every

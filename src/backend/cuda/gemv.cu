@@ -103,6 +103,7 @@ void gemv_prepare(DType t) {
         default:
             break;
     }
+    gemv_bulk_prepare(t);
 }
 
 }  // namespace detail
@@ -114,9 +115,10 @@ void gemv_set_grid_policy(int ctas_per_sm) {
 }
 
 namespace detail {
-namespace {
 
-void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int variant) {
+// Checks a call and fills every field of p but the per-launch ones (n_tok, x, y, residual of a
+// token group; n_groups and the prefetch fields are the launcher's). Aborts on a bad call.
+void gemv_make_params(const GpuMatrix& m, const GemvArgs& a, GemvParams& p) {
     if (m.data == nullptr || m.n_out <= 0) gemv_fail("empty matrix");
     if (a.n_tok < 1 || a.n_tok > kMaxGemvTokens) gemv_fail("n_tok must be 1 .. 8");
     if (a.x == nullptr || a.y == nullptr) gemv_fail("null x or y");
@@ -148,7 +150,7 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
         if (a.n_expert_slots > 1 && a.y_slot_stride < a.n_tok * ys)
             gemv_fail("grouped experts: y_slot_stride below n_tok rows");
     }
-    GemvParams p;
+    p = GemvParams{};
     p.w = static_cast<const uint8_t*>(m.data);
     p.w_bytes = m.bytes;
     for (int k = 0; k < 4; ++k) {
@@ -210,6 +212,19 @@ void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int va
     } else {
         p.plane_bytes = static_cast<int>(l.n_in_pad / 2 * 4);  // F16/BF16: two planes of fp32 halves
     }
+    p.n_tok = a.n_tok;
+    p.x = a.x;
+    p.y = a.y;
+    p.residual = a.residual;
+}
+
+namespace {
+
+void gemv_run(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, int variant) {
+    GemvParams p;
+    gemv_make_params(m, a, p);
+    const bool expert = a.n_expert_slots != 0;
+    const int64_t tok_bytes = p.tok_bytes;
     const int64_t fit = kGemvMaxSmem / tok_bytes;  // tokens per launch
     if (fit < 1) gemv_fail("n_in too large for the shared-memory activations");
     if (expert && a.n_tok > 1 && fit < a.n_tok)
@@ -321,7 +336,14 @@ int gemv_variant_for(const GpuMatrix& m, const GemvArgs& a) {
     return detail::gemv_default_variant(m, a);
 }
 
+int detail::gemv_forced_variant() { return detail::g_forced_variant.load(std::memory_order_relaxed); }
+
 void gemv(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream) {
+    // One-token calls take the bulk-copy kernel where it applies (gemv_bulk.cuh), unless a variant
+    // is forced (tests and benchmarks of the register-streaming kernels).
+    if (detail::g_forced_variant.load(std::memory_order_relaxed) < 0 &&
+        detail::gemv_bulk_try(m, a, stream, true))
+        return;
     detail::gemv_run(m, a, stream, gemv_variant_for(m, a));
 }
 
@@ -338,6 +360,8 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
                    ex.x_slot_div < 1 || (ex.glu && ex.expert_rows % 2 != 0)))
         return;
     if (ex.glu && m.n_out % 2 != 0) return;
+    // Calls of this shape take the bulk-copy kernel, which has no variants to choose from.
+    if (!times && gemv_bulk_try(m, ex, stream, false)) return;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
     const int x_rows =

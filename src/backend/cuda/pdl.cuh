@@ -3,10 +3,15 @@
 // .cu files of the backend. Rules for a kernel launched with launch_pdl():
 //   * call pdl_wait() in EVERY CTA before the first read of a buffer an earlier kernel writes,
 //     and before any write to a buffer an earlier kernel reads (and before any early return);
-//   * before pdl_wait() only read data no kernel in the step writes (weights, tables);
-//   * call pdl_trigger() once its own dependent data has been read (or at the start): the next
+//   * before pdl_wait() only read data no kernel in the step writes (weights, tables), or data
+//     written at least two launches earlier on the stream (below);
+//   * call pdl_trigger() after pdl_wait(), once its own dependent data has been read: the next
 //     PDL kernel's CTAs may then be scheduled (they still wait for this grid's completion and
 //     memory flush in their own pdl_wait()).
+// Because every kernel triggers only after its own wait, when a kernel's CTAs run, the kernel two
+// launches back (and everything before it) has completed and its writes are visible: such data may
+// be read before pdl_wait() (the expert ids of the decode down GEMV, GemvArgs::ids_ready; the
+// DeltaNet state in deltanet_step). A kernel that triggered before its wait would break this.
 // Kernels launched normally may call both (they are no-ops then). PELICAN_PDL=0 in the
 // environment disables the attribute (every launch fully serialised) for debugging.
 #pragma once
