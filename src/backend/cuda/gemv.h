@@ -83,17 +83,18 @@ struct GemvArgs {
 // activations of a token grow with n_in: fp32 for float weights, int8 + scales for quantized ones).
 int gemv_max_tokens(const GpuMatrix& m);
 
-// Launches the GEMV (graph-capturable: no allocation, no host synchronisation). One-token calls with
-// quantized weights (Q4_0, Q8_0, Q4_K, Q6_K; 16-byte plane strides; at most 32 expert slots) take
-// the bulk-copy kernel (gemv_bulk.cuh: each CTA copies its weight rows into shared memory with
-// cp.async.bulk, the first ones before its PDL wait), unless gemv_force_variant is set or
-// PELICAN_GEMV_BULK=0; the others the register-streaming kernels and their tuned variant. x, norm_w, bias
-// and residual are read through the read-only cache: they must not alias y, except residual,
-// which may equal y exactly (same rows, residual rows y_stride apart). Any alignment of x is
-// accepted (16-byte aligned rows take the vector path).
+// Launches the GEMV (graph-capturable: no allocation, no host synchronisation). With
+// PELICAN_GEMV_BULK=1 (or gemv_set_bulk(1)), one-token calls with quantized weights (Q4_0, Q8_0,
+// Q4_K, Q6_K; 16-byte plane strides; at most 32 expert slots) take the bulk-copy kernel
+// (gemv_bulk.cuh: each CTA copies its weight rows into shared memory with cp.async.bulk, the first
+// ones before its PDL wait) unless gemv_force_variant is set; everything else, and everything by
+// default, takes the register-streaming kernels and their tuned variant. x, norm_w, bias and
+// residual are read through the read-only cache: they must not alias y, except residual, which may
+// equal y exactly (same rows, residual rows y_stride apart). Any alignment of x is accepted
+// (16-byte aligned rows take the vector path).
 void gemv(const GpuMatrix& w, const GemvArgs& a, cudaStream_t stream);
 
-// Tests and benchmarks: -1 (default) follows PELICAN_GEMV_BULK (on unless 0), 0 turns the
+// Tests and benchmarks: -1 (default) follows PELICAN_GEMV_BULK (off unless 1), 0 turns the
 // bulk-copy kernel off, 1 on (where it applies).
 void gemv_set_bulk(int mode);
 // Whether gemv() would take the bulk-copy kernel for this matrix and call shape.

@@ -2,6 +2,7 @@
 // shared-memory plan, and the launch.
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 
 #include "backend/cuda/gemv.h"
@@ -18,7 +19,8 @@ std::atomic<int> g_bulk_mode{-1};  // gemv_set_bulk: -1 the environment, 0 off, 
 bool bulk_enabled() {
     const int m = g_bulk_mode.load(std::memory_order_relaxed);
     if (m >= 0) return m == 1;
-    static const bool on = env_switch_on("PELICAN_GEMV_BULK");
+    // Off by default: on the H200 the decode step was slower with it (docs/performance.md, session 7).
+    static const bool on = env_switch_set("PELICAN_GEMV_BULK");
     return on;
 }
 
@@ -101,6 +103,7 @@ bool bulk_plan(const GpuMatrix& m, const GemvArgs& a, BulkPlan& out) {
     b.width = static_cast<int>(width);
     b.n_slots = slots;
     b.n_work = b.mode == kBulkSlots ? slots * width : width;
+    if (b.n_work > INT32_MAX / 2) return false;  // the kernel counts items in 32 bits
     const int64_t grid = std::min<int64_t>(gemv_sm_count(), b.n_work);
     if (grid < 1) return false;
     const int64_t share = (b.n_work + grid - 1) / grid;  // items of the busiest CTA

@@ -37,6 +37,7 @@
 #ifdef __CUDACC__
 #include "backend/cuda/gemv_kernel.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "core/env.h"
 #endif
 
 namespace pelican::cuda::detail {
@@ -97,12 +98,6 @@ __device__ __forceinline__ void bulk_mbar_init(uint64_t* bar, uint32_t count) {
 // Makes the initialised barriers visible to the async proxy (the bulk copies complete on them).
 __device__ __forceinline__ void bulk_fence_init() {
     PELICAN_BULK_PTX(asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"));
-}
-
-// Orders this thread's earlier generic-proxy shared-memory accesses before later async-proxy ones
-// (a ring slot read by the warps is overwritten by the next bulk copy).
-__device__ __forceinline__ void bulk_fence_proxy() {
-    PELICAN_BULK_PTX(asm volatile("fence.proxy.async.shared::cta;" ::: "memory"));
 }
 
 // The producer's arrival: the phase completes when `bytes` more bytes have landed.
@@ -193,55 +188,56 @@ struct BulkChunk {
     int n;   // rows
 };
 
-// This CTA's items [w0, w1) (combine: its output rows).
-__device__ __forceinline__ void bulk_share(const GemvBulkParams& b, int64_t& w0, int64_t& w1) {
+// This CTA's items [w0, w1) (combine: its output rows). 32-bit: bulk_plan keeps n_work < 2^31.
+__device__ __forceinline__ void bulk_share(const GemvBulkParams& b, int& w0, int& w1) {
     const int64_t g = gridDim.x, c = blockIdx.x;
-    w0 = c * b.n_work / g;
-    w1 = (c + 1) * b.n_work / g;
+    w0 = static_cast<int>(c * b.n_work / g);
+    w1 = static_cast<int>((c + 1) * b.n_work / g);
 }
 
-__device__ __forceinline__ int bulk_chunk_count(const GemvBulkParams& b, int64_t w0, int64_t w1) {
+__device__ __forceinline__ int bulk_chunk_count(const GemvBulkParams& b, int w0, int w1) {
     if (w1 <= w0) return 0;
-    const int64_t cr = b.chunk_rows;
-    if (b.mode == kBulkPlain) return static_cast<int>((w1 - w0 + cr - 1) / cr);
-    if (b.mode == kBulkCombine) return b.n_slots * static_cast<int>((w1 - w0 + cr - 1) / cr);
+    const int cr = b.chunk_rows;
+    if (b.mode == kBulkPlain) return (w1 - w0 + cr - 1) / cr;
+    if (b.mode == kBulkCombine) return b.n_slots * ((w1 - w0 + cr - 1) / cr);
     int n = 0;
-    for (int64_t v = w0; v < w1;) {
-        const int64_t s = v / b.width, end = (s + 1) * b.width < w1 ? (s + 1) * b.width : w1;
-        n += static_cast<int>((end - v + cr - 1) / cr);
+    for (int v = w0; v < w1;) {
+        const int end = min((v / b.width + 1) * b.width, w1);
+        n += (end - v + cr - 1) / cr;
         v = end;
     }
     return n;
 }
 
-__device__ __forceinline__ BulkChunk bulk_chunk(const GemvBulkParams& b, int64_t w0, int64_t w1, int j) {
-    const int64_t cr = b.chunk_rows;
-    if (b.mode == kBulkPlain) {
-        const int64_t r0 = w0 + j * cr;
-        return {0, static_cast<int>(r0), static_cast<int>(cr < w1 - r0 ? cr : w1 - r0)};
+// Walks a CTA's chunks in order without divisions (the consumers and the producer each keep one):
+// plain rows [w0, w1) of slot 0; slots (slot, row) from w0 on, cut at slot ends; combine rows
+// [w0, w1) of slot 0, then of slot 1, ...
+struct BulkCursor {
+    int s = 0, r = 0;
+    __device__ void start(const GemvBulkParams& b, int w0) {
+        s = b.mode == kBulkSlots ? w0 / b.width : 0;
+        r = b.mode == kBulkSlots ? w0 - s * b.width : w0;
     }
-    if (b.mode == kBulkCombine) {
-        const int per = static_cast<int>((w1 - w0 + cr - 1) / cr);
-        const int64_t r0 = w0 + (j % per) * cr;
-        return {j / per, static_cast<int>(r0), static_cast<int>(cr < w1 - r0 ? cr : w1 - r0)};
+    __device__ BulkChunk chunk(const GemvBulkParams& b, int w1) const {
+        const int end = b.mode == kBulkSlots ? min(b.width, w1 - s * b.width) : w1;
+        return {s, r, min(b.chunk_rows, end - r)};
     }
-    for (int64_t v = w0;;) {
-        const int64_t s = v / b.width, end = (s + 1) * b.width < w1 ? (s + 1) * b.width : w1;
-        const int n = static_cast<int>((end - v + cr - 1) / cr);
-        if (j < n) {
-            const int64_t r0 = v + j * cr;
-            return {static_cast<int>(s), static_cast<int>(r0 - s * b.width),
-                    static_cast<int>(cr < end - r0 ? cr : end - r0)};
+    __device__ void advance(const GemvBulkParams& b, int w0, int w1, const BulkChunk& c) {
+        r += c.n;
+        if (b.mode == kBulkSlots && r == b.width) {
+            ++s;
+            r = 0;
+        } else if (b.mode == kBulkCombine && r == w1) {
+            ++s;
+            r = w0;
         }
-        j -= n;
-        v = end;
     }
-}
+};
 
-// Thread 0: chunk j's bulk copies into ring slot j % n_stages (ids: the slots' experts, clamped).
+// Thread 0: the bulk copies of chunk c (the CTA's j-th) into ring slot j % n_stages (ids: the slots'
+// experts, clamped).
 __device__ __forceinline__ void bulk_issue(const GemvParams& p, const GemvBulkParams& b, uint8_t* smem,
-                                           uint64_t* bars, const int* ids, int64_t w0, int64_t w1, int j) {
-    const BulkChunk c = bulk_chunk(b, w0, w1, j);
+                                           uint64_t* bars, const int* ids, const BulkChunk& c, int j) {
     const int st = j % b.n_stages;
     uint8_t* dst = smem + b.ring_off + st * b.slot_bytes;
     int64_t row = c.r0;
@@ -383,9 +379,16 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
     uint8_t* act = smem + b.act_off;
     float* comb = reinterpret_cast<float*>(smem + b.comb_off);
     const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-    int64_t w0, w1;
+    int w0, w1;
     bulk_share(b, w0, w1);
     const int n_chunks = bulk_chunk_count(b, w0, w1);
+    BulkCursor prod;  // thread 0's: the next chunk to copy
+    prod.start(b, w0);
+    const auto issue_next = [&](int j) {
+        const BulkChunk c = prod.chunk(b, w1);
+        bulk_issue(p, b, smem, bars, ids, c, j);
+        prod.advance(b, w0, w1, c);
+    };
     const bool expert = b.mode != kBulkPlain;
 
     if (tid == 0) {
@@ -405,27 +408,30 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
         read_ids();
         __syncthreads();
         if (tid == 0)
-            for (int j = 0; j < pre; ++j) bulk_issue(p, b, smem, bars, ids, w0, w1, j);
+            for (int j = 0; j < pre; ++j) issue_next(j);
         pdl_wait();  // x, residual, y belong to neighbouring kernels
     } else {
         pdl_wait();  // the ids come from the router kernel
         read_ids();
         __syncthreads();
         if (tid == 0)
-            for (int j = 0; j < pre; ++j) bulk_issue(p, b, smem, bars, ids, w0, w1, j);
+            for (int j = 0; j < pre; ++j) issue_next(j);
     }
     pdl_trigger();
 
     bulk_prologue<T::kNP>(p, b, act, part);
     if (b.mode == kBulkCombine)
-        for (int64_t i = tid; i < w1 - w0; i += kBulkThreads) comb[i] = 0.0f;
+        for (int i = tid; i < w1 - w0; i += kBulkThreads) comb[i] = 0.0f;
     __syncthreads();
 
     const int L = b.lanes, P = 32 / L, sg = lane / L, sl = lane % L;
     typename T::X xr[UL > 0 ? UL : 1];
     int x_loaded = -1;
+    BulkCursor cons;  // every thread's: the chunk being computed
+    cons.start(b, w0);
     for (int j = 0; j < n_chunks; ++j) {
-        const BulkChunk c = bulk_chunk(b, w0, w1, j);
+        const BulkChunk c = cons.chunk(b, w1);
+        cons.advance(b, w0, w1, c);
         const int xv = b.x_count > 1 ? c.s / p.x_slot_div : 0;  // this slot's activation vector
         const uint8_t* xt = act + xv * p.tok_bytes;
         if constexpr (UL > 0) {
@@ -441,75 +447,89 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
         const int st = j % b.n_stages;
         bulk_mbar_wait(&bars[st], static_cast<uint32_t>(j / b.n_stages) & 1u);
         const uint8_t* base = smem + b.ring_off + st * b.slot_bytes;
-        for (int i0 = warp * P; i0 < c.n; i0 += kBulkWarps * P) {
-            const int i = i0 + sg;
-            const bool ok = i < c.n;
-            float acc = 0.0f, acc_u = 0.0f;
-            if (ok) {
-                const uint8_t* g0 = base + b.plane_off[0] + i * p.stride[0];
-                const uint8_t* g1 = base + b.plane_off[1] + i * p.stride[1];
-                const uint8_t* g2 = base + b.plane_off[2] + i * p.stride[2];
-                const uint8_t* g3 = base + b.plane_off[3] + i * p.stride[3];
-                const int up = b.up_off;
-                const auto unit = [&](int u, const typename T::X& x) {
-                    typename T::W w;
-                    BulkSmem<T>::load(w, g0, g1, g2, g3, u);
-                    acc = T::dot(T::unpack(w, u), x, acc);
-                    if (p.glu) {
-                        BulkSmem<T>::load(w, g0 + up, g1 + up, g2 + up, g3 + up, u);
-                        acc_u = T::dot(T::unpack(w, u), x, acc_u);
-                    }
-                };
-                if constexpr (UL > 0) {
+        // Row i of the chunk: this lane's units dotted with its activations (gate and, with glu, up).
+        const auto row_dot = [&](int i, float& acc, float& acc_u) {
+            const uint8_t* g0 = base + b.plane_off[0] + i * p.stride[0];
+            const uint8_t* g1 = base + b.plane_off[1] + i * p.stride[1];
+            const uint8_t* g2 = base + b.plane_off[2] + i * p.stride[2];
+            const uint8_t* g3 = base + b.plane_off[3] + i * p.stride[3];
+            const int up = b.up_off;
+            const auto unit = [&](int u, const typename T::X& x) {
+                typename T::W w;
+                BulkSmem<T>::load(w, g0, g1, g2, g3, u);
+                acc = T::dot(T::unpack(w, u), x, acc);
+                if (p.glu) {
+                    BulkSmem<T>::load(w, g0 + up, g1 + up, g2 + up, g3 + up, u);
+                    acc_u = T::dot(T::unpack(w, u), x, acc_u);
+                }
+            };
+            if constexpr (UL > 0) {
 #pragma unroll
-                    for (int k = 0; k < UL; ++k) {
-                        const int u = sl + L * k;
-                        if (u < p.n_units) unit(u, xr[k]);
-                    }
-                } else {
-                    for (int u = sl; u < p.n_units; u += L) unit(u, T::load_x(xt, p, u));
+                for (int k = 0; k < UL; ++k) {
+                    const int u = sl + L * k;
+                    if (u < p.n_units) unit(u, xr[k]);
                 }
+            } else {
+                for (int u = sl; u < p.n_units; u += L) unit(u, T::load_x(xt, p, u));
             }
-            acc = bulk_seg_sum(acc, L);
-            if (p.glu) acc_u = bulk_seg_sum(acc_u, L);
-            if (ok && sl == 0) {
-                const int o = c.r0 + i;        // output row inside the slot
-                if (b.mode == kBulkCombine) {  // y_s is written too (gemv.h), then summed
-                    const float v = acc * p.scale;
-                    p.y[static_cast<int64_t>(c.s) * p.y_slot_stride + o] = v;
-                    comb[o - w0] = fmaf(__ldg(p.comb_w + c.s), v, comb[o - w0]);
-                } else {
-                    float* const y = p.y + static_cast<int64_t>(c.s) * p.y_slot_stride;
-                    const float* const res =
-                        p.residual ? p.residual + static_cast<int64_t>(c.s) * p.y_slot_stride : nullptr;
-                    float out;
-                    if (!p.glu) {
-                        out = acc;
-                        if (p.bias) out += __ldg(p.bias + o);
-                        out *= p.scale;
-                    } else {
-                        float g = acc, v = acc_u;
-                        if (p.bias) {
-                            g += __ldg(p.bias + o);
-                            v += __ldg(p.bias + o + p.n_half);
-                        }
-                        g *= p.scale;
-                        v *= p.scale;
-                        out = g / (1.0f + expf(-g)) * v;
-                    }
-                    if (res) out += res[o];
-                    y[o] = out;
+        };
+        // Lane 0 of row i's segment: the epilogue (or the combine sum).
+        const auto finish = [&](int i, float acc, float acc_u) {
+            const int o = c.r0 + i;        // output row inside the slot
+            if (b.mode == kBulkCombine) {  // y_s is written too (gemv.h), then summed
+                const float v = acc * p.scale;
+                p.y[static_cast<int64_t>(c.s) * p.y_slot_stride + o] = v;
+                comb[o - w0] = fmaf(__ldg(p.comb_w + c.s), v, comb[o - w0]);
+                return;
+            }
+            float* const y = p.y + static_cast<int64_t>(c.s) * p.y_slot_stride;
+            const float* const res =
+                p.residual ? p.residual + static_cast<int64_t>(c.s) * p.y_slot_stride : nullptr;
+            float out;
+            if (!p.glu) {
+                out = acc;
+                if (p.bias) out += __ldg(p.bias + o);
+                out *= p.scale;
+            } else {
+                float g = acc, v = acc_u;
+                if (p.bias) {
+                    g += __ldg(p.bias + o);
+                    v += __ldg(p.bias + o + p.n_half);
                 }
+                g *= p.scale;
+                v *= p.scale;
+                out = g / (1.0f + expf(-g)) * v;
+            }
+            if (res) out += res[o];
+            y[o] = out;
+        };
+        // Two rows per warp at a time (rows i and i + kBulkWarps P): twice the loads in flight.
+        constexpr int kStep = kBulkWarps;
+        for (int i0 = warp * P; i0 < c.n; i0 += 2 * kStep * P) {
+            const int ia = i0 + sg, ib = i0 + kStep * P + sg;
+            const bool oka = ia < c.n, okb = ib < c.n;
+            float acc_a = 0.0f, acc_ua = 0.0f, acc_b = 0.0f, acc_ub = 0.0f;
+            if (oka) row_dot(ia, acc_a, acc_ua);
+            if (okb) row_dot(ib, acc_b, acc_ub);
+            acc_a = bulk_seg_sum(acc_a, L);
+            acc_b = bulk_seg_sum(acc_b, L);
+            if (p.glu) {
+                acc_ua = bulk_seg_sum(acc_ua, L);
+                acc_ub = bulk_seg_sum(acc_ub, L);
+            }
+            if (sl == 0) {
+                if (oka) finish(ia, acc_a, acc_ua);
+                if (okb) finish(ib, acc_b, acc_ub);
             }
         }
         __syncthreads();  // every warp is done with ring slot st (and with comb's rows of this chunk)
-        if (tid == 0 && j + b.n_stages < n_chunks) {
-            bulk_fence_proxy();
-            bulk_issue(p, b, smem, bars, ids, w0, w1, j + b.n_stages);
-        }
+        // The slot's reads are ordered before the refill by the barrier above (the bulk copies of the
+        // async proxy only write it after they are issued; no proxy fence: it would wait for the
+        // copies in flight).
+        if (tid == 0 && j + b.n_stages < n_chunks) issue_next(j + b.n_stages);
     }
     if (b.mode == kBulkCombine)
-        for (int64_t i = tid; i < w1 - w0; i += kBulkThreads) p.comb_y[w0 + i] = p.comb_res[w0 + i] + comb[i];
+        for (int i = tid; i < w1 - w0; i += kBulkThreads) p.comb_y[w0 + i] = p.comb_res[w0 + i] + comb[i];
 }
 
 // Attributes (dynamic shared-memory limit, shared-memory carveout) of the four instantiations of a
@@ -521,11 +541,15 @@ void gemv_bulk_prepare_type() {
     int dev = 0;
     PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
     if (dev < 64 && (__atomic_load_n(&done, __ATOMIC_ACQUIRE) >> dev & 1u)) return;
+    // PELICAN_GEMV_BULK_CARVEOUT=1: also ask for the largest shared-memory carveout (a hint; a carveout
+    // other than the neighbouring kernels' may make the SMs reconfigure between them).
+    static const bool carve = env_switch_set("PELICAN_GEMV_BULK_CARVEOUT");
     const auto set = [](auto kernel) {
         PELICAN_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBulkMaxSmem));
-        PELICAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                cudaSharedmemCarveoutMaxShared));
+        if (carve)
+            PELICAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                    cudaSharedmemCarveoutMaxShared));
     };
     set(gemv_bulk_kernel<T, 0>);
     set(gemv_bulk_kernel<T, 1>);
