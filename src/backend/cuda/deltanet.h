@@ -71,9 +71,9 @@ struct DeltaNetStepArgs {
 void deltanet_step(const DeltaNetStepArgs& args, cudaStream_t stream);
 // deltanet_step's kernel for d_k = d_v = 128 on sm_90: four CTAs (a cluster) per value head instead
 // of one, bit-identical (deltanet_split.cu); false (nothing launched) where it does not apply or
-// PELICAN_DN_SPLIT=0. deltanet_step calls it first.
+// unless PELICAN_DN_SPLIT=1 (off by default: no decode gain measured). deltanet_step calls it first.
 bool deltanet_step_split(const DeltaNetStepArgs& args, cudaStream_t stream);
-// Tests and benchmarks: -1 (default) follows PELICAN_DN_SPLIT (on unless 0), 0 off, 1 on.
+// Tests and benchmarks: -1 (default) follows PELICAN_DN_SPLIT (off unless 1), 0 off, 1 on.
 void deltanet_set_split(int mode);
 
 // The same function over args.n_tok tokens in the chunked (WY) form for prompts, chunks of 64 tokens

@@ -10,8 +10,8 @@
 // the results are bit-identical to it (CudaDeltaNet.SplitMatchesOneCtaBits).
 //
 // PDL (pdl.cuh): weights and the state (written two or more launches back) are read before
-// pdl_wait(); the trigger follows the wait. sm_90 (clusters); PELICAN_DN_SPLIT=0 selects the
-// one-CTA kernel.
+// pdl_wait(); the trigger follows the wait. sm_90 (clusters); off by default (PELICAN_DN_SPLIT=1
+// selects it: no decode gain measured).
 #include <atomic>
 
 #include <cooperative_groups.h>
@@ -180,7 +180,10 @@ std::atomic<int> g_split_mode{-1};  // deltanet_set_split: -1 the environment, 0
 bool split_enabled() {
     const int m = g_split_mode.load(std::memory_order_relaxed);
     if (m >= 0) return m == 1;
-    static const bool on = env_switch_on("PELICAN_DN_SPLIT");
+    // Off by default: on the H200 it gave no gain in the 35B decode step (519.2 tok/s without it,
+    // 514.9 with it; docs/performance.md, session 7): the step is bound by its latency, not by the
+    // state's bandwidth.
+    static const bool on = env_switch_set("PELICAN_DN_SPLIT");
     return on;
 }
 
