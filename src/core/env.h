@@ -18,4 +18,14 @@ inline bool env_switch_set(const char* name) {
     return e && e[0] == '1';
 }
 
+// An integer setting: `name` parsed as a decimal number when it lies in [lo, hi], else `def` (unset,
+// not a number, or out of range).
+inline long env_int(const char* name, long lo, long hi, long def) {
+    const char* e = std::getenv(name);
+    if (!e) return def;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    return end != e && v >= lo && v <= hi ? v : def;
+}
+
 }  // namespace pelican

@@ -135,12 +135,7 @@ void run_expert_case(Rng& rng, const ExpertCase& c) {
     const float* x0 = dx.as<float>() + c.x_misalign;
     const int nv = test::cuda_test_size(cuda::gemv_variant_count(), cuda::gemv_plain_variant_count());
     // v = -1: no forced variant, the bulk-copy kernel on (gemv_bulk.cuh), where it takes the call.
-    struct ResetKernel {  // also when an ASSERT returns early
-        ~ResetKernel() {
-            cuda::gemv_force_variant(-1);
-            cuda::gemv_set_bulk(-1);
-        }
-    } reset_kernel;
+    test::GemvKernelReset reset_kernel;
     for (int v = -1; v < nv; ++v) {
         const std::string vn = v < 0 ? std::string("bulk") : cuda::gemv_variant_name(v);
         copy_to(dy, y_init);
@@ -458,12 +453,7 @@ TEST(CudaMoe, FusedCombineEqualsCombine) {
         // v = -1: the bulk-copy kernel (gemv_bulk.cuh: its combine mode against its slot mode).
         for (int v = -1; v < nv; v += v < 0 ? 1 : test::cuda_test_small() ? 5 : 1) {
             SCOPED_TRACE(v < 0 ? "bulk" : cuda::gemv_variant_name(v));
-            struct ResetVariant {  // also when an ASSERT returns early
-                ~ResetVariant() {
-                    cuda::gemv_force_variant(-1);
-                    cuda::gemv_set_bulk(-1);
-                }
-            } reset_variant;
+            test::GemvKernelReset reset_variant;
             copy_to(dxa, res);
             copy_to(dxb, res);
             cuda::GemvArgs d;

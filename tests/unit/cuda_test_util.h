@@ -1,4 +1,5 @@
-// Shared by the CUDA op tests (cuda_*_test.cpp): the small-problem mode.
+// Shared by the CUDA op tests (cuda_*_test.cpp): the small-problem mode, and a guard that restores
+// cuda::gemv's kernel choice.
 //
 // PELICAN_CUDA_TEST_SMALL=1 (any value other than empty or "0") makes the op tests run every code
 // path and kernel variant they cover with the smallest sizes that still reach it: fewer lengths,
@@ -11,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "backend/cuda/gemv.h"
 
 namespace pelican::test {
 
@@ -29,5 +32,20 @@ template <typename T>
 T cuda_test_size(T full, T small) {
     return cuda_test_small() ? small : full;
 }
+
+// Sets cuda::gemv_set_bulk(bulk_mode) when bulk_mode >= 0; on leaving the scope (also through an
+// ASSERT's early return) restores the default kernel choice: no forced variant, the bulk-copy kernel
+// as the environment says.
+struct GemvKernelReset {
+    explicit GemvKernelReset(int bulk_mode = -1) {
+        if (bulk_mode >= 0) cuda::gemv_set_bulk(bulk_mode);
+    }
+    ~GemvKernelReset() {
+        cuda::gemv_force_variant(-1);
+        cuda::gemv_set_bulk(-1);
+    }
+    GemvKernelReset(const GemvKernelReset&) = delete;
+    GemvKernelReset& operator=(const GemvKernelReset&) = delete;
+};
 
 }  // namespace pelican::test

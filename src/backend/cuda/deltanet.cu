@@ -199,16 +199,8 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
         const int rg = owns ? grp : 0;
         const float* kr = k_s + rg * RPT;
         const float* qr = q_s + rg * RPT;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int i = 0; i < RPT; i += 4) {
-            const float4 k4 = *reinterpret_cast<const float4*>(kr + i);
-            acc[0] = fmaf(S[i], k4.x, acc[0]);
-            acc[1] = fmaf(S[i + 1], k4.y, acc[1]);
-            acc[2] = fmaf(S[i + 2], k4.z, acc[2]);
-            acc[3] = fmaf(S[i + 3], k4.w, acc[3]);
-        }
-        if (owns) red_u[grp][j] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        const float pu = dn::partial_stk<RPT>(S, kr);
+        if (owns) red_u[grp][j] = pu;
         __syncthreads();  // B3
         float sk = 0.0f;
 #pragma unroll
@@ -216,21 +208,8 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
         const float delta = beta * (x_v - decay * sk);  // d_j = beta (v_j - u_j)
 
         // Pass 2: S <- S decay + k d^T; partial o_j = (S_new^T q)_j.
-        acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < RPT; i += 4) {
-            const float4 k4 = *reinterpret_cast<const float4*>(kr + i);
-            const float4 q4 = *reinterpret_cast<const float4*>(qr + i);
-            S[i] = fmaf(k4.x, delta, S[i] * decay);
-            S[i + 1] = fmaf(k4.y, delta, S[i + 1] * decay);
-            S[i + 2] = fmaf(k4.z, delta, S[i + 2] * decay);
-            S[i + 3] = fmaf(k4.w, delta, S[i + 3] * decay);
-            acc[0] = fmaf(S[i], q4.x, acc[0]);
-            acc[1] = fmaf(S[i + 1], q4.y, acc[1]);
-            acc[2] = fmaf(S[i + 2], q4.z, acc[2]);
-            acc[3] = fmaf(S[i + 3], q4.w, acc[3]);
-        }
-        if (owns) red_o[grp][j] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        const float po = dn::update_partial_o<RPT>(S, kr, qr, delta, decay);
+        if (owns) red_o[grp][j] = po;
         __syncthreads();  // B4
 
         // Gated RMSNorm over the head's D outputs (row group 0 = warps [0, G)).
@@ -246,9 +225,7 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
             float tot = 0.0f;
 #pragma unroll
             for (int w = 0; w < G; ++w) tot += red_n[w];
-            const float inv = 1.0f / sqrtf(tot / static_cast<float>(D) + p.eps);
-            const float silu_z = x_z / (1.0f + expf(-x_z));
-            p.out[t * out_stride + hj] = norm_w * (o * inv) * silu_z;
+            p.out[t * out_stride + hj] = dn::gated_out(norm_w, o, tot, D, p.eps, x_z);
         }
     }
 

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/deltanet.h"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/deltanet_impl.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "core/env.h"
@@ -113,16 +114,7 @@ __global__ void __cluster_dims__(kNB, 1, 1) __launch_bounds__(kThreads)
         // Pass 1: partial (S_old^T k)_j over this thread's rows.
         const float* kr = k_s + grp * kRPT;
         const float* qr = q_s + grp * kRPT;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int i = 0; i < kRPT; i += 4) {
-            const float4 k4 = *reinterpret_cast<const float4*>(kr + i);
-            acc[0] = fmaf(S[i], k4.x, acc[0]);
-            acc[1] = fmaf(S[i + 1], k4.y, acc[1]);
-            acc[2] = fmaf(S[i + 2], k4.z, acc[2]);
-            acc[3] = fmaf(S[i + 3], k4.w, acc[3]);
-        }
-        red_u[grp][jl] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        red_u[grp][jl] = dn::partial_stk<kRPT>(S, kr);
         __syncthreads();  // B3
         float su = 0.0f;
 #pragma unroll
@@ -130,21 +122,7 @@ __global__ void __cluster_dims__(kNB, 1, 1) __launch_bounds__(kThreads)
         const float delta = beta * (x_v - decay * su);
 
         // Pass 2: S <- S decay + k d^T; partial o_j = (S_new^T q)_j.
-        acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kRPT; i += 4) {
-            const float4 k4 = *reinterpret_cast<const float4*>(kr + i);
-            const float4 q4 = *reinterpret_cast<const float4*>(qr + i);
-            S[i] = fmaf(k4.x, delta, S[i] * decay);
-            S[i + 1] = fmaf(k4.y, delta, S[i + 1] * decay);
-            S[i + 2] = fmaf(k4.z, delta, S[i + 2] * decay);
-            S[i + 3] = fmaf(k4.w, delta, S[i + 3] * decay);
-            acc[0] = fmaf(S[i], q4.x, acc[0]);
-            acc[1] = fmaf(S[i + 1], q4.y, acc[1]);
-            acc[2] = fmaf(S[i + 2], q4.z, acc[2]);
-            acc[3] = fmaf(S[i + 3], q4.w, acc[3]);
-        }
-        red_o[grp][jl] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        red_o[grp][jl] = dn::update_partial_o<kRPT>(S, kr, qr, delta, decay);
         __syncthreads();  // B4
 
         // Gated RMSNorm over the head's 128 outputs: warp 0 (row group 0) holds this CTA's 32.
@@ -162,9 +140,7 @@ __global__ void __cluster_dims__(kNB, 1, 1) __launch_bounds__(kThreads)
             float tot = 0.0f;
 #pragma unroll
             for (int r = 0; r < kNB; ++r) tot += *cluster.map_shared_rank(&red_n[t & 1], r);
-            const float inv = 1.0f / sqrtf(tot / static_cast<float>(kD) + p.eps);
-            const float silu_z = x_z / (1.0f + expf(-x_z));
-            p.out[t * out_stride + hj] = norm_w * (o * inv) * silu_z;
+            p.out[t * out_stride + hj] = dn::gated_out(norm_w, o, tot, kD, p.eps, x_z);
         }
     }
 #pragma unroll
@@ -187,24 +163,13 @@ bool split_enabled() {
     return on;
 }
 
-// Clusters need sm_90 (cached per device).
-bool device_has_clusters() {
-    static int major[64] = {};
-    int dev = 0;
-    PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev >= 64) return false;
-    if (major[dev] == 0)
-        PELICAN_CUDA_CHECK(cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev));
-    return major[dev] >= 9;
-}
-
 }  // namespace
 
 void deltanet_set_split(int mode) { g_split_mode.store(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
 
 bool deltanet_step_split(const DeltaNetStepArgs& a, cudaStream_t stream) {
     if (!split_enabled() || a.d_k != kD || a.d_v != kD || a.n_tok <= 0) return false;
-    if (int64_t{a.n_v_heads} * kNB > 0x7fffffff || !device_has_clusters()) return false;
+    if (int64_t{a.n_v_heads} * kNB > 0x7fffffff || current_device_cc_major() < 9 /* clusters */) return false;
     launch_pdl(deltanet_split_kernel, dim3(static_cast<unsigned>(a.n_v_heads * kNB)), dim3(kThreads), 0,
                stream, a);
     return true;

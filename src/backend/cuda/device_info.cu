@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <vector>
 
@@ -28,6 +29,23 @@ std::string device_description(int i) {
     std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
                   static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
     return buf;
+}
+
+int current_device_cc_major() {
+    static std::atomic<int> major[64];  // 0: not read yet
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev < 0 || dev >= 64) return 0;
+    int m = major[dev].load(std::memory_order_relaxed);
+    if (m == 0 && cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    major[dev].store(m, std::memory_order_relaxed);
+    return m;
 }
 
 double measure_copy_bandwidth_gbps(size_t bytes, int passes) {

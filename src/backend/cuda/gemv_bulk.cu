@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_bulk.cuh"
 #include "backend/cuda/gemv_impl.cuh"
@@ -28,11 +29,7 @@ bool bulk_enabled() {
 // so that two CTAs of consecutive GEMVs fit on one SM (228 KiB of shared memory) and the next
 // GEMV's copies can run while the previous one computes.
 int64_t bulk_ring_bytes() {
-    static const int64_t kib = [] {
-        const char* e = std::getenv("PELICAN_GEMV_BULK_KIB");
-        const long v = e ? std::strtol(e, nullptr, 10) : 0;
-        return v >= 16 && v <= 200 ? v : 96L;
-    }();
+    static const int64_t kib = env_int("PELICAN_GEMV_BULK_KIB", 16, 200, 96);
     return kib << 10;
 }
 
@@ -40,29 +37,8 @@ int64_t bulk_ring_bytes() {
 // 113 KiB no two CTAs of one bulk GEMV can share an SM (an even spread when a previous kernel leaves
 // some SMs empty), at the price of no overlap between two consecutive bulk GEMVs on one SM.
 int64_t bulk_min_smem() {
-    static const int64_t kib = [] {
-        const char* e = std::getenv("PELICAN_GEMV_BULK_MIN_KIB");
-        const long v = e ? std::strtol(e, nullptr, 10) : 0;
-        return v >= 0 && v <= 227 ? v : 0L;
-    }();
+    static const int64_t kib = env_int("PELICAN_GEMV_BULK_MIN_KIB", 0, 227, 0);
     return kib << 10;
-}
-
-// The bulk copies and mbarrier waits need sm_90 (cached per device).
-std::atomic<int> g_cc_major[64];  // 0: not read yet
-bool device_ok() {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    if (dev >= 64) return false;
-    int major = g_cc_major[dev].load(std::memory_order_relaxed);
-    if (major == 0) {
-        PELICAN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        g_cc_major[dev].store(major, std::memory_order_relaxed);
-    }
-    return major >= 9;
 }
 
 bool bulk_type(DType t) {
@@ -172,7 +148,7 @@ bool bulk_plan(const GpuMatrix& m, const GemvArgs& a, BulkPlan& out) {
 }  // namespace
 
 void gemv_bulk_prepare(DType t) {
-    if (!device_ok()) return;
+    if (cuda::current_device_cc_major() < 9) return;
     switch (t) {
         case DType::Q4_0:
             return gemv_bulk_prepare_q4_0();
@@ -190,7 +166,7 @@ void gemv_bulk_prepare(DType t) {
 bool gemv_bulk_try(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, bool launch) {
     // Grid-policy and debug modes belong to benchmarks of the register-streaming kernels.
     if (!bulk_enabled() || gemv_grid_ctas_per_sm() != 0 || gemv_debug_mode() != 0) return false;
-    if (a.n_tok != 1 || !bulk_type(m.type) || !device_ok()) return false;
+    if (a.n_tok != 1 || !bulk_type(m.type) || cuda::current_device_cc_major() < 9) return false;
     BulkPlan plan;
     if (!bulk_plan(m, a, plan)) return false;
     if (!launch) return true;

@@ -267,18 +267,7 @@ __device__ __forceinline__ void bulk_issue(const GemvParams& p, const GemvBulkPa
 inline constexpr int kBulkV = 4;
 
 __device__ __forceinline__ float4 bulk_norm4(const GemvParams& p, float4 v, float r, int f) {
-    float4 w = load_x4(p.norm_w, f, p.n_in, p.norm_vec);
-    if (p.norm_one_plus) {
-        w.x = __fadd_rn(1.0f, w.x);
-        w.y = __fadd_rn(1.0f, w.y);
-        w.z = __fadd_rn(1.0f, w.z);
-        w.w = __fadd_rn(1.0f, w.w);
-    }
-    v.x = __fmul_rn(__fmul_rn(v.x, r), w.x);
-    v.y = __fmul_rn(__fmul_rn(v.y, r), w.y);
-    v.z = __fmul_rn(__fmul_rn(v.z, r), w.z);
-    v.w = __fmul_rn(__fmul_rn(v.w, r), w.w);
-    return v;
+    return norm_scale4(p, v, load_x4(p.norm_w, f, p.n_in, p.norm_vec), r);
 }
 
 // 1 / sqrt(mean(x^2) + eps) from each thread's partial sum of squares (a CTA-wide reduction).
@@ -290,7 +279,7 @@ __device__ __forceinline__ float bulk_rstd(const GemvParams& p, float ss, float*
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < kBulkWarps; ++k) s += part[k];
-    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(s, static_cast<float>(p.n_in)), p.norm_eps)));
+    return rstd_of(s, p.n_in, p.norm_eps);
 }
 
 template <int kNP>

@@ -10,6 +10,11 @@ namespace pelican::cuda::detail {
 
 // ---- prologue ----------------------------------------------------------------------------------
 
+// 1 / sqrt(sum / n + eps) (sum: a row's sum of squares), rounded as every prologue does.
+__device__ __forceinline__ float rstd_of(float sum, int n, float eps) {
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, static_cast<float>(n)), eps)));
+}
+
 // rstd[t] = 1 / sqrt(mean(x_t^2) + eps) for t < n_tok (1 when there is no norm). x: the CTA's
 // activations (p.x, or its expert slot's rows).
 template <int NT>
@@ -50,9 +55,24 @@ __device__ void gemv_rstd(const GemvParams& p, const float* x, float (&rstd)[NT]
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < kGemvWarps; ++k) s += part[k][t];
-        rstd[t] =
-            __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(s, static_cast<float>(p.n_in)), p.norm_eps)));
+        rstd[t] = rstd_of(s, p.n_in, p.norm_eps);
     }
+}
+
+// v * r * (norm_one_plus ? 1 + w : w) per element, rounded as every prologue does (w: the norm
+// weights of v's four elements, r: the row's 1 / rms).
+__device__ __forceinline__ float4 norm_scale4(const GemvParams& p, float4 v, float4 w, float r) {
+    if (p.norm_one_plus) {
+        w.x = __fadd_rn(1.0f, w.x);
+        w.y = __fadd_rn(1.0f, w.y);
+        w.z = __fadd_rn(1.0f, w.z);
+        w.w = __fadd_rn(1.0f, w.w);
+    }
+    v.x = __fmul_rn(__fmul_rn(v.x, r), w.x);
+    v.y = __fmul_rn(__fmul_rn(v.y, r), w.y);
+    v.z = __fmul_rn(__fmul_rn(v.z, r), w.z);
+    v.w = __fmul_rn(__fmul_rn(v.w, r), w.w);
+    return v;
 }
 
 // x'[t][4f .. 4f+3] (normed), zeros past n_in and for t >= n_tok.
@@ -60,22 +80,8 @@ template <int NT>
 __device__ __forceinline__ float4 gemv_x4(const GemvParams& p, const float* x, const float (&rstd)[NT], int t,
                                           int f) {
     if (t >= p.n_tok) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float4 v = load_x4(x + t * p.x_stride, f, p.n_in, p.x_vec);
-    if (p.norm_w != nullptr) {
-        float4 w = load_x4(p.norm_w, f, p.n_in, p.norm_vec);
-        if (p.norm_one_plus) {
-            w.x = __fadd_rn(1.0f, w.x);
-            w.y = __fadd_rn(1.0f, w.y);
-            w.z = __fadd_rn(1.0f, w.z);
-            w.w = __fadd_rn(1.0f, w.w);
-        }
-        const float r = rstd[t];
-        v.x = __fmul_rn(__fmul_rn(v.x, r), w.x);
-        v.y = __fmul_rn(__fmul_rn(v.y, r), w.y);
-        v.z = __fmul_rn(__fmul_rn(v.z, r), w.z);
-        v.w = __fmul_rn(__fmul_rn(v.w, r), w.w);
-    }
-    return v;
+    const float4 v = load_x4(x + t * p.x_stride, f, p.n_in, p.x_vec);
+    return p.norm_w != nullptr ? norm_scale4(p, v, load_x4(p.norm_w, f, p.n_in, p.norm_vec), rstd[t]) : v;
 }
 
 // Float weights: fp32 x' into shared memory (planes per the header comment).
@@ -164,22 +170,9 @@ __device__ void gemv_prologue_quant_short(const GemvParams& p, const float* x, u
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < kGemvWarps; ++k) s += part[k];
-        const float r =
-            __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(s, static_cast<float>(p.n_in)), p.norm_eps)));
+        const float r = rstd_of(s, p.n_in, p.norm_eps);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            float4 w = nw[k];
-            if (p.norm_one_plus) {
-                w.x = __fadd_rn(1.0f, w.x);
-                w.y = __fadd_rn(1.0f, w.y);
-                w.z = __fadd_rn(1.0f, w.z);
-                w.w = __fadd_rn(1.0f, w.w);
-            }
-            v[k].x = __fmul_rn(__fmul_rn(v[k].x, r), w.x);
-            v[k].y = __fmul_rn(__fmul_rn(v[k].y, r), w.y);
-            v[k].z = __fmul_rn(__fmul_rn(v[k].z, r), w.z);
-            v[k].w = __fmul_rn(__fmul_rn(v[k].w, r), w.w);
-        }
+        for (int k = 0; k < 4; ++k) v[k] = norm_scale4(p, v[k], nw[k], r);
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {

@@ -14,6 +14,7 @@
 // no reduced-precision reductions), F16, BF16, F16 for quantized. x is converted once per call
 // to the GEMM type (round to nearest even); accumulation is fp32 throughout.
 #include "backend/cuda/prefill_matmul.h"
+#include "core/env.h"
 
 #include <cublas_v2.h>
 
@@ -35,11 +36,7 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS workspace (Hoppe
 constexpr int64_t kRowQuantum = 256;                  // tile rows are a multiple of this (when < n_out)
 
 size_t tile_cap_bytes() {
-    if (const char* env = std::getenv("PELICAN_PREFILL_TILE_MIB")) {
-        const long mib = std::strtol(env, nullptr, 10);
-        if (mib >= 1 && mib <= 1024) return static_cast<size_t>(mib) << 20;
-    }
-    return kDefaultTileBytes;
+    return static_cast<size_t>(env_int("PELICAN_PREFILL_TILE_MIB", 1, 1024, kDefaultTileBytes >> 20)) << 20;
 }
 
 DType tile_type(DType w) {
