@@ -39,7 +39,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 BIG_TYPE=${BIG_TYPE:-q4_0}
 BIG_TIMEOUT=${BIG_TIMEOUT:-540}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
-HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_moe_experts_test cuda_moe_mma_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test cuda_rope_store_test"
+HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_moe_experts_test cuda_moe_fused_test cuda_moe_mma_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test cuda_rope_store_test"
 
 say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 

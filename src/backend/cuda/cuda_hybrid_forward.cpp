@@ -13,6 +13,7 @@
 #include "backend/cuda/gpu_upload.h"
 #include "backend/cuda/host_staging.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/moe_fused.h"
 #include "core/env.h"
 #include "core/format_bytes.h"
 #include "model/hybrid_hparams.h"
@@ -129,7 +130,7 @@ Status CudaHybridForward::init() {
                  o_wts = c.add(M * k * f), o_eact = c.add(MS * k * ff_e * f), o_eout = c.add(MS * k * E * f),
                  o_sout = c.add(M * E * f), o_logits = c.add(ML * V * f), o_aws = c.add(attn_ws_bytes),
                  o_mcat = c.add(has_mtp() ? ML * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? ML * E * f : 0),
-                 o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)),
+                 o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)), o_mbar = c.add(2 * sizeof(unsigned)),
                  o_cctr = c.add(static_cast<size_t>(E) * sizeof(unsigned)),
                  o_xn = c.add(chunk_ > 0 ? M * E * f : 0), o_tmp = c.add(chunk_ > 0 ? M * tmp_w * f : 0);
     const size_t groups =
@@ -161,6 +162,7 @@ Status CudaHybridForward::init() {
     logits_ = at(o_logits);
     attn_ws_ = base + o_aws;
     router_ctr_ = reinterpret_cast<unsigned*>(base + o_ctr);
+    moe_bar_ = reinterpret_cast<unsigned*>(base + o_mbar);
     comb_ctr_ = reinterpret_cast<unsigned*>(base + o_cctr);
     if (chunk_ > 0) {
         xn_ = at(o_xn);
@@ -186,6 +188,11 @@ Status CudaHybridForward::init() {
         if (!mm_.init(max_in, tmp_w, chunk_, stream_, &err))
             return make_error("GPU prompt matmul setup failed: {} ({})", err ? err : "unknown error",
                               gpu_memory_note());
+    }
+    for (int il = 0; il < hp_.n_layer; ++il) {  // kernel attributes now, not inside the graph capture
+        const GpuMoe& mo = gm_->hybrid_layer(il).moe;
+        if (mo.experts_gate_up.data && mo.experts_down.data)
+            moe_fused_prepare(mo.experts_gate_up.type, mo.experts_down.type);
     }
     PELICAN_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch_.size(), stream_));  // the attention
     // workspace must start zeroed; the rest so that no kernel ever reads uninitialised memory

@@ -112,6 +112,10 @@ private:
     // expert and the dense MLP; the routed experts in expert-slot GEMVs as in a micro-batch).
     void moe_block(const GpuHybridLayer& L, int n, bool chunk = false);
     bool fused_router_ok(const GpuHybridLayer& L) const;
+    // The whole decode MoE block in one kernel (moe_fused.h): the fused router's conditions, the shared
+    // expert stacked, and a supported expert type pair / shape.
+    bool fused_moe_ok(const GpuHybridLayer& L) const;
+    void moe_fused_block(const GpuHybridLayer& L);
     // The routed experts of n tokens x ko slots: slot-wise GEMVs (eact_, eout_), or for prompt chunks
     // grouped by expert (xg_, eactg_, eoutg_; slot s at row slot_row_[s]).
     void moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk, bool fused_combine = false);
@@ -170,6 +174,7 @@ private:
     int32_t* ids_ = nullptr;   // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
     float* wts_ = nullptr;     // [M, ko] expert weights
     unsigned* router_ctr_ = nullptr;  // moe_router_route's arrival counter (zeroed scratch)
+    unsigned* moe_bar_ = nullptr;     // [2] moe_fused_decode's grid barrier (zeroed scratch)
     unsigned* comb_ctr_ = nullptr;    // [n_embd] the fused combine's arrival counters (zeroed scratch)
     float* eact_ = nullptr;           // [M * ko, n_ff_expert]
     float* eout_ = nullptr;           // [M * ko, n_embd]

@@ -13,6 +13,7 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/layer_args.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/moe_fused.h"
 #include "core/env.h"
 #include "model/hybrid_hparams.h"
 #include "model/model.h"
@@ -155,7 +156,45 @@ bool CudaHybridForward::fused_router_ok(const GpuHybridLayer& L) const {
            reinterpret_cast<uintptr_t>(gpu_matrix_f32_rows(r)) % 16 == 0;
 }
 
+bool CudaHybridForward::fused_moe_ok(const GpuHybridLayer& L) const {
+    const HybridHParams& hy = *hp_.hybrid;
+    return L.moe.shared_in_experts && fused_router_ok(L) &&
+           moe_fused_supported(L.moe.experts_gate_up, L.moe.experts_down, hp_.n_embd, hy.n_ff_expert, hy.n_expert,
+                               hy.n_expert_used);
+}
+
+// One token: router, top-k, the chosen and the shared experts' gate/up and down rows and the combine,
+// x += MoE(rms_norm_zc(x)), in one kernel.
+void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L) {
+    const HybridHParams& hy = *hp_.hybrid;
+    const GpuMatrix& r = L.moe.router[0].m;
+    MoeFusedArgs a;
+    a.x = x_;
+    a.n_embd = hp_.n_embd;
+    a.norm_w = L.ffn_norm;
+    a.eps = hp_.rms_eps;
+    a.norm_one_plus = true;
+    a.router_w = gpu_matrix_f32_rows(r);
+    a.router_stride = gpu_matrix_f32_row_floats(r);
+    a.n_expert = hy.n_expert;
+    a.k = hy.n_expert_used;
+    a.renormalize = true;
+    a.gate_up = L.moe.experts_gate_up;
+    a.down = L.moe.experts_down;
+    a.n_ff = hy.n_ff_expert;
+    a.logits = router_;
+    a.ids = ids_;
+    a.weights = wts_;
+    a.act = eact_;
+    a.barrier = moe_bar_;
+    moe_fused_decode(a, stream_);
+}
+
 void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
+    if (n == 1 && !chunk && fused_moe_ok(L)) {
+        moe_fused_block(L);
+        return;
+    }
     const HybridHParams& hy = *hp_.hybrid;
     const int64_t E = hp_.n_embd;
     const int n_exp = hy.n_expert, k = hy.n_expert_used;

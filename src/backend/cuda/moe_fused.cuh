@@ -1,0 +1,352 @@
+// Private to moe_fused*.cu: the one-kernel decode MoE block (moe_fused.h) as a template over the
+// gate/up and down weight traits (gemv_traits.cuh). CUDA only.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/gemv_impl.cuh"
+#include "backend/cuda/moe_fused.h"
+#include "backend/cuda/moe_route.cuh"
+
+namespace pelican::cuda::detail {
+
+inline constexpr int kFusedThreads = kGemvThreads;  // 512: one CTA per SM
+inline constexpr int kFusedWarps = kGemvWarps;
+inline constexpr int kFusedMaxSlots = kMoeMaxUsed + 1;
+inline constexpr int kFusedRouterRows = 2;  // router rows per CTA per round
+inline constexpr int kFusedRouterF4 = 4;    // float4 per lane per row: n_embd <= 16 warps x 32 x 4 x 4
+inline constexpr int kFusedMaxPrefetch = 8;
+
+struct MoeFusedParams {
+    float* x = nullptr;
+    int n_embd = 0;
+    const float* norm_w = nullptr;
+    float eps = 0.0f;
+    const float* rw = nullptr;  // router rows [n_rows, r_stride floats]
+    int64_t r_stride = 0;
+    int n_rows = 0;  // n_expert + 1
+    int n_expert = 0, k = 0, n_slots = 0;  // n_slots = k + 1 (the shared expert last)
+    bool renorm = true;
+    GemvParams gu, dn;  // the layouts (gemv_make_params); gu.norm_one_plus is the norm's rule
+    int n_ff = 0;
+    float* logits = nullptr;
+    int32_t* ids = nullptr;
+    float* wts = nullptr;
+    float* act = nullptr;
+    unsigned* bar = nullptr;
+    int smem_gu = 0, smem_dn = 0;  // byte offsets of the activation areas (x' as fp32 at 0)
+    // L2 prefetch before the PDL wait of the shared expert's rows (known without the router): byte
+    // ranges [lo, lo + len) of gate/up (first pf_gu) then down planes, split over the CTAs.
+    int pf_n = 0, pf_gu = 0;
+    uint64_t pf_lo[kFusedMaxPrefetch] = {};
+    uint64_t pf_len[kFusedMaxPrefetch] = {};
+};
+
+// Grid-wide barrier over all CTAs of the launch (every one resident): bar[0] counts arrivals (back
+// to 0 after each barrier), bar[1] is the generation. Memory written before it by any CTA is visible
+// after it to loads that bypass L1 (__ldcg).
+__device__ __forceinline__ void fused_grid_sync(unsigned* bar) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned* gen = bar + 1;
+        const unsigned g = *gen;
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == g) __nanosleep(32);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// x[4f .. 4f+3] into a GEMV activation area: int8 blocks (quantize4; all 32 lanes must call it)
+// or fp32 in the float layout.
+template <class T>
+__device__ __forceinline__ void fused_stage4(const GemvParams& p, uint8_t* area, float4 v, int f, bool active) {
+    if constexpr (T::kQuant) {
+        quantize4<T::kNP>(p, area, v, f, active);
+    } else if (active) {
+        const int off = T::kNP == 1 ? 16 * f : (f & 1) * p.plane_bytes + 16 * (f >> 1);
+        *reinterpret_cast<float4*>(area + off) = v;
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void fused_prefetch(const MoeFusedParams& a, int i0, int i1, const GemvParams& p) {
+    const int i = i0 + static_cast<int>(threadIdx.x);
+    if (i >= i1) return;
+    const uint64_t len = a.pf_len[i], piece = (len / gridDim.x + 15) / 16 * 16;
+    const uint64_t lo = a.pf_lo[i] + piece * blockIdx.x;
+    const uint64_t end = a.pf_lo[i] + len;
+    if (piece == 0 || lo >= end) return;
+    const uint64_t hi = lo + piece < end ? lo + piece : end;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(p.w);
+    const uintptr_t b = (base + lo + 15) & ~uintptr_t{15}, e = (base + hi) & ~uintptr_t{15};
+    if (e > b) prefetch_l2_bulk(b, static_cast<uint32_t>(e - b));
+}
+
+template <class TG, class TD>
+__global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFusedParams a) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ float red[kFusedWarps][kFusedRouterRows];
+    __shared__ float part[kFusedWarps];
+    __shared__ int32_t s_ids[kFusedMaxSlots];
+    __shared__ float s_w[kFusedMaxSlots];
+    const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+    const int G = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+    const int n = a.n_embd, nf = n / 4;
+    float4* xs = reinterpret_cast<float4*>(smem);  // x' (fp32) for the router
+    uint8_t* x_gu = smem + a.smem_gu;
+    uint8_t* x_dn = smem + a.smem_dn;
+
+    // ---- before the PDL wait: weights only ------------------------------------------------------
+    // Router rows of this CTA: b, b + G, ...; warp w holds float4 (kk * 16 + w) * 32 + lane.
+    float4 rw[kFusedRouterRows][kFusedRouterF4];
+    const int my_rows = a.n_rows > b ? (a.n_rows - 1 - b) / G + 1 : 0;
+    const int r_rounds = (my_rows + kFusedRouterRows - 1) / kFusedRouterRows;
+    auto router_load = [&](int round) {
+#pragma unroll
+        for (int j = 0; j < kFusedRouterRows; ++j) {
+            const int r = b + G * (round * kFusedRouterRows + j);
+            const float4* row = reinterpret_cast<const float4*>(a.rw + static_cast<int64_t>(r) * a.r_stride);
+#pragma unroll
+            for (int kk = 0; kk < kFusedRouterF4; ++kk) {
+                const int f = (kk * kFusedWarps + warp) * 32 + lane;
+                rw[j][kk] = r < a.n_rows && f < nf ? __ldg(row + f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+    };
+    if (r_rounds > 0) router_load(0);
+    fused_prefetch<TG>(a, 0, a.pf_gu, a.gu);
+    fused_prefetch<TD>(a, a.pf_gu, a.pf_n, a.dn);
+    pdl_wait();  // x comes from the previous kernel
+
+    // ---- x' = rms_norm(x) (1 + w): fp32 for the router, staged for the gate/up rows --------------
+    {
+        float4 v[4], w[4];
+        const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const int f = kk * kFusedThreads + tid;
+            v[kk] = f < nf ? __ldcg(reinterpret_cast<const float4*>(a.x) + f) : z;
+            w[kk] = a.norm_w != nullptr && f < nf ? __ldg(reinterpret_cast<const float4*>(a.norm_w) + f) : z;
+        }
+        if (a.norm_w != nullptr) {
+            float ss = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+                ss = fmaf(v[kk].x, v[kk].x, fmaf(v[kk].y, v[kk].y, fmaf(v[kk].z, v[kk].z, fmaf(v[kk].w, v[kk].w, ss))));
+            ss = warp_sum(ss);
+            if (lane == 0) part[warp] = ss;
+            __syncthreads();
+            float s = 0.0f;
+#pragma unroll
+            for (int q = 0; q < kFusedWarps; ++q) s += part[q];
+            const float r = rstd_of(s, n, a.eps);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) v[kk] = norm_scale4(a.gu, v[kk], w[kk], r);
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const int f = kk * kFusedThreads + tid;
+            if (f < nf) xs[f] = v[kk];
+            fused_stage4<TG>(a.gu, x_gu, v[kk], f, f < nf);
+        }
+    }
+    __syncthreads();
+
+    // ---- phase A: router logits -------------------------------------------------------------------
+    for (int round = 0; round < r_rounds; ++round) {
+        if (round > 0) router_load(round);
+#pragma unroll
+        for (int j = 0; j < kFusedRouterRows; ++j) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < kFusedRouterF4; ++kk) {
+                const int f = (kk * kFusedWarps + warp) * 32 + lane;
+                if (f < nf) {
+                    const float4 xv = xs[f];
+                    acc = fmaf(rw[j][kk].x, xv.x, fmaf(rw[j][kk].y, xv.y, fmaf(rw[j][kk].z, xv.z, fmaf(rw[j][kk].w, xv.w, acc))));
+                }
+            }
+            acc = warp_sum(acc);
+            if (lane == 0) red[warp][j] = acc;
+        }
+        __syncthreads();
+        if (tid < kFusedRouterRows) {
+            const int r = b + G * (round * kFusedRouterRows + tid);
+            if (r < a.n_rows) {
+                float s = 0.0f;
+#pragma unroll
+                for (int q = 0; q < kFusedWarps; ++q) s += red[q][tid];
+                __stcg(a.logits + r, s);
+            }
+        }
+        __syncthreads();
+    }
+    fused_grid_sync(a.bar);
+    pdl_trigger();  // every CTA is resident (all arrived): the next kernel may be scheduled
+
+    // ---- phase B: route (every CTA), gate/up rows of the chosen experts -----------------------------
+    if (warp == 0)
+        route_warp<16>(a.logits, a.n_expert, a.k, a.renorm, /*shared_slot=*/true, s_ids, s_w, lane);
+    __syncthreads();
+    if (b == 0 && tid < a.n_slots) {
+        a.ids[tid] = s_ids[tid];
+        a.wts[tid] = s_w[tid];
+    }
+    const int S = a.n_slots, ff = a.n_ff;
+    const int W = G * kFusedWarps, wid = b * kFusedWarps + warp;
+    {
+        const GemvParams& p = a.gu;
+        const int nu = p.n_units, nch = (nu + 31) / 32;
+        const int pairs = S * ff;
+        const int my_pairs = wid < pairs ? (pairs - 1 - wid) / W + 1 : 0;
+        const int items = my_pairs * nch;
+        constexpr int kI = TG::kBatch / 2 > 0 ? TG::kBatch / 2 : 1;
+        const int sets = (items + kI - 1) / kI;
+        typename TG::W ga[kI], ua[kI], gb[kI], ub[kI];
+        auto load = [&](typename TG::W(&g)[kI], typename TG::W(&u)[kI], int set) {
+#pragma unroll
+            for (int i = 0; i < kI; ++i) {
+                const int t = set * kI + i, q = wid + W * (t / nch), unit = (t % nch) * 32 + lane;
+                if (t < items && unit < nu) {
+                    const int slot = q / ff, j = q % ff;
+                    const int64_t row = static_cast<int64_t>(s_ids[slot]) * p.expert_rows + j;
+                    TG::load(g[i], p, row, unit);
+                    TG::load(u[i], p, row + ff, unit);
+                }
+            }
+        };
+        float accg = 0.0f, accu = 0.0f;
+        auto compute = [&](const typename TG::W(&g)[kI], const typename TG::W(&u)[kI], int set) {
+#pragma unroll
+            for (int i = 0; i < kI; ++i) {
+                const int t = set * kI + i;
+                if (t >= items) break;  // uniform over the warp
+                const int c = t % nch, unit = c * 32 + lane;
+                if (unit < nu) {
+                    const typename TG::X xv = TG::load_x(x_gu, p, unit);
+                    accg = TG::dot(TG::unpack(g[i], unit), xv, accg);
+                    accu = TG::dot(TG::unpack(u[i], unit), xv, accu);
+                }
+                if (c == nch - 1) {  // the pair is complete
+                    const float gs = warp_sum(accg), us = warp_sum(accu);
+                    if (lane == 0) {
+                        const int q = wid + W * (t / nch);
+                        a.act[q] = gs / (1.0f + expf(-gs)) * us;  // q = slot * ff + j
+                    }
+                    accg = accu = 0.0f;
+                }
+            }
+        };
+        if (sets > 0) load(ga, ua, 0);
+        for (int s = 0; s < sets; s += 2) {
+            if (s + 1 < sets) load(gb, ub, s + 1);
+            compute(ga, ua, s);
+            if (s + 2 < sets) load(ga, ua, s + 2);
+            if (s + 1 < sets) compute(gb, ub, s + 1);
+        }
+    }
+
+    // ---- phase C: down rows, each output summed over the slots by one warp ---------------------------
+    const GemvParams& p = a.dn;
+    const int nu = p.n_units, per_out = S * nu, cpo = (per_out + 31) / 32;
+    const int my_outs = wid < n ? (n - 1 - wid) / W + 1 : 0;
+    const int items = my_outs * cpo;
+    constexpr int kD = TD::kBatch;
+    const int sets = (items + kD - 1) / kD;
+    typename TD::W da[kD], db[kD];
+    auto load = [&](typename TD::W(&w)[kD], int set) {
+#pragma unroll
+        for (int i = 0; i < kD; ++i) {
+            const int t = set * kD + i, idx = (t % cpo) * 32 + lane;
+            if (t < items && idx < per_out) {
+                const int o = wid + W * (t / cpo), slot = idx / nu, unit = idx - slot * nu;
+                TD::load(w[i], p, static_cast<int64_t>(s_ids[slot]) * p.expert_rows + o, unit);
+            }
+        }
+    };
+    if (sets > 0) load(da, 0);  // the ids are known: before the barrier
+    fused_grid_sync(a.bar);     // every slot's act is written
+
+    // Stage act (S rows of n_ff) into the down activation areas.
+    {
+        const int nff = ff / 4, total = S * nff;
+        for (int i0 = 0; i0 < total; i0 += kFusedThreads) {  // uniform trip count (quantize4 shuffles)
+            const int i = i0 + tid, slot = i / nff, f = i - slot * nff;
+            const bool on = i < total;
+            const float4 v = on ? __ldcg(reinterpret_cast<const float4*>(a.act) + i)
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            fused_stage4<TD>(p, x_dn + (on ? slot : 0) * p.tok_bytes, v, f, on);
+        }
+    }
+    __syncthreads();
+
+    float acc = 0.0f;
+    auto compute = [&](const typename TD::W(&w)[kD], int set) {
+#pragma unroll
+        for (int i = 0; i < kD; ++i) {
+            const int t = set * kD + i;
+            if (t >= items) break;  // uniform over the warp
+            const int c = t % cpo, idx = c * 32 + lane;
+            if (idx < per_out) {
+                const int slot = idx / nu, unit = idx - slot * nu;
+                const typename TD::X xv = TD::load_x(x_dn + slot * p.tok_bytes, p, unit);
+                acc = fmaf(s_w[slot], TD::dot(TD::unpack(w[i], unit), xv, 0.0f), acc);
+            }
+            if (c == cpo - 1) {  // the output is complete
+                const float sum = warp_sum(acc);
+                if (lane == 0) {
+                    const int o = wid + W * (t / cpo);
+                    a.x[o] = __ldcg(a.x + o) + sum;
+                }
+                acc = 0.0f;
+            }
+        }
+    };
+    for (int s = 0; s < sets; s += 2) {
+        if (s + 1 < sets) load(db, s + 1);
+        compute(da, s);
+        if (s + 2 < sets) load(da, s + 2);
+        if (s + 1 < sets) compute(db, s + 1);
+    }
+}
+
+template <class TG, class TD>
+void moe_fused_attr() {
+    PELICAN_CUDA_CHECK(cudaFuncSetAttribute(moe_fused_kernel<TG, TD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            kGemvMaxSmem));
+}
+
+template <class TG, class TD>
+int moe_fused_regs() {
+    cudaFuncAttributes fa{};
+    PELICAN_CUDA_CHECK(cudaFuncGetAttributes(&fa, moe_fused_kernel<TG, TD>));
+    return fa.numRegs;
+}
+
+template <class TG, class TD>
+void moe_fused_launch_pair(const MoeFusedParams& a, int grid, size_t smem, cudaStream_t stream) {
+    launch_pdl(moe_fused_kernel<TG, TD>, dim3(grid), dim3(kFusedThreads), smem, stream, a);
+}
+
+// Per type pair (moe_fused_<pair>.cu): op 0 = set attributes, 1 = launch; returns the kernel's
+// registers per thread for op 0.
+using MoeFusedEntry = int (*)(int op, const MoeFusedParams* a, int grid, size_t smem, cudaStream_t stream);
+
+template <class TG, class TD>
+int moe_fused_entry(int op, const MoeFusedParams* a, int grid, size_t smem, cudaStream_t stream) {
+    if (op == 0) {
+        moe_fused_attr<TG, TD>();
+        return moe_fused_regs<TG, TD>();
+    }
+    moe_fused_launch_pair<TG, TD>(*a, grid, smem, stream);
+    return 0;
+}
+
+}  // namespace pelican::cuda::detail

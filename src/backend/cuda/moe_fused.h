@@ -1,0 +1,58 @@
+// The whole MoE block of a one-token decode step in ONE kernel (host-includable, fmt-free):
+//   x += sum_j w_j down_{e_j}(silu(gate_{e_j} x') * up_{e_j} x'),  x' = rms_norm(x) * (1 + norm_w)
+// over the k routed experts and the shared expert stacked as expert n_expert (slot k, weight
+// sigmoid(shared gate logit)), i.e. moe_router_route -> expert gate/up GEMV -> expert down GEMV ->
+// combine of the decode step, without the two kernel boundaries between them. One CTA per SM, all
+// resident; two grid barriers (device counters):
+//   phase A  router logits (fp32 W [n_expert + 1, n_embd] . x'; the CTA's rows are loaded into
+//            registers before the PDL wait), barrier;
+//   phase B  every CTA routes (moe_route's rule on the logits, into shared memory), then the gate/up
+//            rows of the chosen experts, act = silu(g) * u into `act`; the CTA's first down weights
+//            are loaded before the barrier;
+//   phase C  the down rows, each output element summed over the slots by one warp: x[o] += sum.
+// Activations are rounded as the GEMVs round them (int8 32-blocks for quantized weights, fp32 for
+// float ones); the gate/up sums are the GEMV's own order (bit-identical to a one-row-per-warp GEMV);
+// the down sums and the combine are reordered (per lane w_j * unit dot, then a warp sum).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/gpu_matrix.h"
+
+namespace pelican::cuda {
+
+struct MoeFusedArgs {
+    float* x = nullptr;  // [n_embd] the hidden state, updated in place (16-byte aligned)
+    int64_t n_embd = 0;
+    const float* norm_w = nullptr;  // [n_embd] (the MoE's RMSNorm weights; nullptr: no norm)
+    float eps = 1e-6f;
+    bool norm_one_plus = true;
+    const float* router_w = nullptr;  // [n_expert + 1 rows, router_stride floats], fp32, 16-byte aligned
+    int64_t router_stride = 0;
+    int n_expert = 0, k = 0;  // routed experts, chosen per token (the shared expert is slot k)
+    bool renormalize = true;
+    GpuMatrix gate_up;  // (n_expert + 1) experts of [gate (n_ff rows); up (n_ff rows)] x n_embd
+    GpuMatrix down;     // (n_expert + 1) experts of n_embd rows x n_ff
+    int64_t n_ff = 0;
+    float* logits = nullptr;  // [n_expert + 1] written (the router's logits)
+    int32_t* ids = nullptr;   // [k + 1] written (as moe_route with the shared slot)
+    float* weights = nullptr;  // [k + 1] written
+    float* act = nullptr;      // [(k + 1) * n_ff] scratch (written, then read by other CTAs)
+    unsigned* barrier = nullptr;  // [2] device words, zero before the first launch (kept consistent after)
+    int grid = 0;                 // CTAs; 0: one per SM (tests force smaller grids)
+};
+
+// True when moe_fused_decode takes these weights: gate/up and down of one of the supported type
+// pairs (Q4_0/Q4_0, Q8_0/Q8_0, Q4_K/Q4_K, Q4_K/Q6_K, Q6_K/Q6_K, F32/F32), the shapes above, n_embd and
+// n_ff multiples of 32, n_embd <= 8192, 1 <= k < 16, n_expert <= 512, the activations fitting shared
+// memory, a device of sm_70+ where one CTA of the kernel fits an SM; PELICAN_FUSED_MOE=0 turns it off.
+bool moe_fused_supported(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff,
+                         int n_expert, int k);
+// Sets the kernels' attributes for these types on the current device (outside graph capture).
+void moe_fused_prepare(DType gate_up, DType down);
+// Aborts with a message on arguments moe_fused_supported rejects.
+void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream);
+
+}  // namespace pelican::cuda
