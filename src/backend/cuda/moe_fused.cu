@@ -152,6 +152,7 @@ void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream) {
     p.wts = a.weights;
     p.act = a.act;
     p.bar = a.barrier;
+    p.trace = a.trace;
     p.smem_gu = static_cast<int>(detail::round_up(a.n_embd * 4, 16));
     p.smem_dn = p.smem_gu + static_cast<int>(detail::round_up(p.gu.tok_bytes, 16));
     // The shared expert (expert n_expert) is always chosen: its rows into L2 before the PDL wait.

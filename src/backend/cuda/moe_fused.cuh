@@ -34,6 +34,7 @@ struct MoeFusedParams {
     float* wts = nullptr;
     float* act = nullptr;
     unsigned* bar = nullptr;
+    uint64_t* trace = nullptr;
     int smem_gu = 0, smem_dn = 0;  // byte offsets of the activation areas (x' as fp32 at 0)
     // L2 prefetch before the PDL wait of the shared expert's rows (known without the router): byte
     // ranges [lo, lo + len) of gate/up (first pf_gu) then down planes, split over the CTAs.
@@ -89,6 +90,14 @@ __device__ __forceinline__ void fused_prefetch(const MoeFusedParams& a, int i0, 
     if (e > b) prefetch_l2_bulk(b, static_cast<uint32_t>(e - b));
 }
 
+__device__ __forceinline__ void fused_stamp(const MoeFusedParams& a, int point) {
+    if (a.trace != nullptr && threadIdx.x == 0) {
+        uint64_t t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        a.trace[blockIdx.x * kMoeFusedTracePoints + point] = t;
+    }
+}
+
 template <class TG, class TD>
 __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFusedParams a) {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -103,6 +112,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     uint8_t* x_gu = smem + a.smem_gu;
     uint8_t* x_dn = smem + a.smem_dn;
 
+    fused_stamp(a, 0);
     // ---- before the PDL wait: weights only ------------------------------------------------------
     // Router rows of this CTA: b, b + G, ...; warp w holds float4 (kk * 16 + w) * 32 + lane.
     float4 rw[kFusedRouterRows][kFusedRouterF4];
@@ -124,6 +134,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     fused_prefetch<TG>(a, 0, a.pf_gu, a.gu);
     fused_prefetch<TD>(a, a.pf_gu, a.pf_n, a.dn);
     pdl_wait();  // x comes from the previous kernel
+    fused_stamp(a, 1);
 
     // ---- x' = rms_norm(x) (1 + w): fp32 for the router, staged for the gate/up rows --------------
     {
@@ -158,6 +169,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
         }
     }
     __syncthreads();
+    fused_stamp(a, 2);
 
     // ---- phase A: router logits -------------------------------------------------------------------
     for (int round = 0; round < r_rounds; ++round) {
@@ -188,13 +200,20 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
         }
         __syncthreads();
     }
+    fused_stamp(a, 3);
     fused_grid_sync(a.bar);
+    fused_stamp(a, 4);
     pdl_trigger();  // every CTA is resident (all arrived): the next kernel may be scheduled
 
     // ---- phase B: route (every CTA), gate/up rows of the chosen experts -----------------------------
-    if (warp == 0)
-        route_warp<16>(a.logits, a.n_expert, a.k, a.renorm, /*shared_slot=*/true, s_ids, s_w, lane);
+    {
+        __shared__ float s_p[kMoeMaxExperts];
+        __shared__ double s_red[kFusedWarps];
+        route_block<kFusedThreads>(a.logits, a.n_expert, a.k, a.renorm, /*shared_slot=*/true, s_ids, s_w, s_p,
+                                   s_red);
+    }
     __syncthreads();
+    fused_stamp(a, 5);
     if (b == 0 && tid < a.n_slots) {
         a.ids[tid] = s_ids[tid];
         a.wts[tid] = s_w[tid];
@@ -272,20 +291,33 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
         }
     };
     if (sets > 0) load(da, 0);  // the ids are known: before the barrier
+    fused_stamp(a, 6);
     fused_grid_sync(a.bar);     // every slot's act is written
+    fused_stamp(a, 7);
 
-    // Stage act (S rows of n_ff) into the down activation areas.
+    // Stage act (S rows of n_ff) into the down activation areas: up to 8 loads per thread in flight.
     {
+        constexpr int kL = 8;
         const int nff = ff / 4, total = S * nff;
-        for (int i0 = 0; i0 < total; i0 += kFusedThreads) {  // uniform trip count (quantize4 shuffles)
-            const int i = i0 + tid, slot = i / nff, f = i - slot * nff;
-            const bool on = i < total;
-            const float4 v = on ? __ldcg(reinterpret_cast<const float4*>(a.act) + i)
-                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            fused_stage4<TD>(p, x_dn + (on ? slot : 0) * p.tok_bytes, v, f, on);
+        for (int i0 = 0; i0 < total; i0 += kL * kFusedThreads) {  // uniform trip counts (quantize4 shuffles)
+            float4 v[kL];
+#pragma unroll
+            for (int j = 0; j < kL; ++j) {
+                const int i = i0 + j * kFusedThreads + tid;
+                v[j] = i < total ? __ldcg(reinterpret_cast<const float4*>(a.act) + i)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int j = 0; j < kL; ++j) {
+                const int i = i0 + j * kFusedThreads + tid, slot = i / nff, f = i - slot * nff;
+                const bool on = i < total;
+                if (i0 + j * kFusedThreads < total)  // uniform over the CTA
+                    fused_stage4<TD>(p, x_dn + (on ? slot : 0) * p.tok_bytes, v[j], f, on);
+            }
         }
     }
     __syncthreads();
+    fused_stamp(a, 8);
 
     float acc = 0.0f;
     auto compute = [&](const typename TD::W(&w)[kD], int set) {
@@ -315,6 +347,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
         if (s + 2 < sets) load(da, s + 2);
         if (s + 1 < sets) compute(db, s + 1);
     }
+    fused_stamp(a, 9);
 }
 
 template <class TG, class TD>

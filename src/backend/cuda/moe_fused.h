@@ -42,7 +42,12 @@ struct MoeFusedArgs {
     float* act = nullptr;      // [(k + 1) * n_ff] scratch (written, then read by other CTAs)
     unsigned* barrier = nullptr;  // [2] device words, zero before the first launch (kept consistent after)
     int grid = 0;                 // CTAs; 0: one per SM (tests force smaller grids)
+    // Benchmarks only: [grid x kMoeFusedTracePoints] %globaltimer stamps (ns) of each CTA's thread 0 at
+    // the phase boundaries (start, after the PDL wait, x' staged, logits written, barrier 1, routed,
+    // gate/up done, barrier 2, act staged, end); nullptr: none.
+    uint64_t* trace = nullptr;
 };
+inline constexpr int kMoeFusedTracePoints = 10;
 
 // True when moe_fused_decode takes these weights: gate/up and down of one of the supported type
 // pairs (Q4_0/Q4_0, Q8_0/Q8_0, Q4_K/Q4_K, Q4_K/Q6_K, Q6_K/Q6_K, F32/F32), the shapes above, n_embd and

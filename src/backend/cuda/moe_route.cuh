@@ -20,48 +20,12 @@ __device__ __forceinline__ double warp_sum_d(double v) {
     return v;
 }
 
-// ref::moe_route for one token, by one whole warp (lane = its lane): softmax over the n_expert
-// logits l[0 .. n_expert) (read with ld.global.cg: l may have been written by other CTAs of the
-// calling kernel), top k, renormalisation; writes ids[0 .. ko), weights[0 .. ko) (ko = k, or k + 1
-// with the shared slot: entry k = (n_expert, sigmoid(l[n_expert]))). The exp terms and the sum in
-// double as ref::softmax (the sum's order differs: a per-lane sum, then a butterfly; ~1e-16
-// relative), p rounded to fp32; the selection compares those fp32 p (ties: lower id), the
-// renormalising sum adds the chosen p in double in choice order, exactly as the reference.
-// kPerLane: experts per lane (e = lane + 32 i), 32 kPerLane >= n_expert (the loops unroll over it).
+// The selection half of route_warp: p[i] = the probability of expert lane + 32 i (any value past
+// n_expert), by one whole warp; writes ids / weights as route_warp.
 template <int kPerLane>
-__device__ __forceinline__ void route_warp(const float* l, int n_expert, int k, bool renormalize,
-                                           bool shared_slot, int32_t* ids, float* weights, int lane) {
-    float v[kPerLane];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-        const int e = lane + 32 * i;
-        v[i] = e < n_expert ? __ldcg(l + e) : -INFINITY;
-        mx = v[i] > mx ? v[i] : mx;  // as the reference: NaN never becomes the max
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float m = __shfl_xor_sync(0xffffffffu, mx, o);
-        mx = m > mx ? m : mx;
-    }
-    float p[kPerLane];
-    if (mx == -INFINITY) {  // all masked: p = 0 (ref::softmax)
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) p[i] = 0.0f;
-    } else {
-        double ex[kPerLane];
-        double sum = 0.0;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int e = lane + 32 * i;
-            ex[i] = e < n_expert ? exp(static_cast<double>(v[i]) - static_cast<double>(mx)) : 0.0;
-            sum += ex[i];
-        }
-        sum = warp_sum_d(sum);
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) p[i] = static_cast<float>(ex[i] / sum);
-    }
-
+__device__ __forceinline__ void route_select(const float (&p)[kPerLane], const float* l, int n_expert, int k,
+                                             bool renormalize, bool shared_slot, int32_t* ids, float* weights,
+                                             int lane) {
     // k rounds of a warp arg-max over the experts not yet taken.
     uint32_t taken = 0;  // bit i: expert lane + 32 i is chosen
     double chosen_sum = 0.0;
@@ -121,6 +85,102 @@ __device__ __forceinline__ void route_warp(const float* l, int n_expert, int k, 
         const float g = __ldcg(l + n_expert);
         ids[k] = n_expert;
         weights[k] = 1.0f / (1.0f + expf(-g));
+    }
+}
+
+// ref::moe_route for one token, by one whole warp (lane = its lane): softmax over the n_expert
+// logits l[0 .. n_expert) (read with ld.global.cg: l may have been written by other CTAs of the
+// calling kernel), top k, renormalisation; writes ids[0 .. ko), weights[0 .. ko) (ko = k, or k + 1
+// with the shared slot: entry k = (n_expert, sigmoid(l[n_expert]))). The exp terms and the sum in
+// double as ref::softmax (the sum's order differs: a per-lane sum, then a butterfly; ~1e-16
+// relative), p rounded to fp32; the selection compares those fp32 p (ties: lower id), the
+// renormalising sum adds the chosen p in double in choice order, exactly as the reference.
+// kPerLane: experts per lane (e = lane + 32 i), 32 kPerLane >= n_expert (the loops unroll over it).
+template <int kPerLane>
+__device__ __forceinline__ void route_warp(const float* l, int n_expert, int k, bool renormalize,
+                                           bool shared_slot, int32_t* ids, float* weights, int lane) {
+    float v[kPerLane];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        v[i] = e < n_expert ? __ldcg(l + e) : -INFINITY;
+        mx = v[i] > mx ? v[i] : mx;  // as the reference: NaN never becomes the max
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = m > mx ? m : mx;
+    }
+    float p[kPerLane];
+    if (mx == -INFINITY) {  // all masked: p = 0 (ref::softmax)
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) p[i] = 0.0f;
+    } else {
+        double ex[kPerLane];
+        double sum = 0.0;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            const int e = lane + 32 * i;
+            ex[i] = e < n_expert ? exp(static_cast<double>(v[i]) - static_cast<double>(mx)) : 0.0;
+            sum += ex[i];
+        }
+        sum = warp_sum_d(sum);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) p[i] = static_cast<float>(ex[i] / sum);
+    }
+
+    route_select<kPerLane>(p, l, n_expert, k, renormalize, shared_slot, ids, weights, lane);
+}
+
+// route_warp's result with the softmax spread over a CTA of kThreads >= n_expert threads (one expert
+// per thread: the max, the double exp terms and their sum by warp and then by CTA, p rounded to fp32
+// into s_p), then route_select by warp 0. The same max (NaN never wins), exp terms and p rounding; the
+// double sum is ordered differently (~1e-16 relative, as route_warp's is). Called by the whole CTA
+// (barriers inside). s_p: shared [kMoeMaxExperts]; s_red: shared [kThreads / 32] doubles.
+template <int kThreads>
+__device__ __forceinline__ void route_block(const float* l, int n_expert, int k, bool renormalize,
+                                            bool shared_slot, int32_t* ids, float* weights, float* s_p,
+                                            double* s_red) {
+    constexpr int kWarps = kThreads / 32;
+    static_assert(kThreads >= kMoeMaxExperts, "one expert per thread");
+    const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+    float* s_max = reinterpret_cast<float*>(s_red);  // [kWarps] floats, before the sums use s_red
+    const float v = tid < n_expert ? __ldcg(l + tid) : -INFINITY;
+    float mx = v;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = m > mx ? m : mx;
+    }
+    if (lane == 0) s_max[warp] = mx;
+    __syncthreads();
+    mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = s_max[w] > mx ? s_max[w] : mx;
+    __syncthreads();  // s_max is read by all before s_red is written
+    float pv = 0.0f;
+    if (mx != -INFINITY) {  // uniform over the CTA
+        const double ex = tid < n_expert ? exp(static_cast<double>(v) - static_cast<double>(mx)) : 0.0;
+        const double ws = warp_sum_d(ex);
+        if (lane == 0) s_red[warp] = ws;
+        __syncthreads();
+        double sum = 0.0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) sum += s_red[w];
+        pv = static_cast<float>(ex / sum);
+    }
+    if (tid < n_expert) s_p[tid] = pv;
+    __syncthreads();
+    if (warp == 0) {
+        constexpr int kPerLane = kMoeMaxExperts / 32;
+        float p[kPerLane];
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            const int e = lane + 32 * i;
+            p[i] = e < n_expert ? s_p[e] : 0.0f;
+        }
+        route_select<kPerLane>(p, l, n_expert, k, renormalize, shared_slot, ids, weights, lane);
     }
 }
 
