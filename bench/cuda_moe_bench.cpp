@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     cuda::DeviceBuffer dx(x.size() * 4), dnw(nw.size() * 4), dl(E1 * 4), dids(S * 4), dw(S * 4),
-        dact(static_cast<size_t>(S * n_ff) * 4), dout(static_cast<size_t>(S * n_embd) * 4), dbar(2 * 4),
+        dact(static_cast<size_t>(S * n_ff) * 4), dout(static_cast<size_t>(S * n_embd) * 4), dbar(8),
         dctr(4), dcomb(static_cast<size_t>(n_embd) * 4), dtrace(256 * cuda::kMoeFusedTracePoints * 8);
     PELICAN_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     PELICAN_CUDA_CHECK(cudaMemcpy(dnw.get(), nw.data(), nw.size() * 4, cudaMemcpyHostToDevice));
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
     a.ids = dids.as<int32_t>();
     a.weights = dw.as<float>();
     a.act = dact.as<float>();
-    a.barrier = dbar.as<unsigned>();
+    a.barrier = reinterpret_cast<unsigned long long*>(dbar.get());
 
     cuda::MoeRouterArgs r;
     r.x = dx.as<float>();

@@ -7,7 +7,7 @@
 //  * x against expert down GEMV + moe_combine on those ids and weights: |err| <= 1e-5 of the largest
 //    |x| (the down sums and the combine are reordered, fp32);
 //  * forced grids of 1 and 3 CTAs (every CTA loops over more rows) give the same bits as one CTA per SM;
-//    the barrier words end as (0, generation + 2 per launch); two launches from a graph (PDL-chained,
+//    the barrier's arrival count ends at 2 x grid per launch; two launches from a graph (PDL-chained,
 //    the second reading the first's x) equal two eager ones bit for bit.
 #include <gtest/gtest.h>
 
@@ -73,7 +73,10 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
                  dids = to_device(std::vector<int32_t>(static_cast<size_t>(S), -7)),
                  dw = to_device(std::vector<float>(static_cast<size_t>(S), NAN)),
                  dact = to_device(std::vector<float>(static_cast<size_t>(S * ff), NAN)),
-                 dbar = to_device(std::vector<uint32_t>(2, 0u));
+                 dbar = to_device(std::vector<uint64_t>(1, 0u));
+    int sms = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+    const auto count = [](const DeviceBuffer& b) { return from_device<uint64_t>(b.get(), 1)[0]; };
     cuda::MoeFusedArgs a;
     a.x = dx.as<float>();
     a.n_embd = n;
@@ -91,7 +94,7 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
     a.ids = dids.as<int32_t>();
     a.weights = dw.as<float>();
     a.act = dact.as<float>();
-    a.barrier = dbar.as<uint32_t>();
+    a.barrier = reinterpret_cast<unsigned long long*>(dbar.get());
     cuda::moe_fused_decode(a, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> logits = from_device<float>(dl.get(), static_cast<size_t>(E1)),
@@ -99,9 +102,7 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
                              act = from_device<float>(dact.get(), static_cast<size_t>(S * ff)),
                              x1 = from_device<float>(dx.get(), static_cast<size_t>(n));
     const std::vector<int32_t> ids = from_device<int32_t>(dids.get(), static_cast<size_t>(S));
-    const std::vector<uint32_t> bar = from_device<uint32_t>(dbar.get(), 2);
-    EXPECT_EQ(bar[0], 0u) << "the arrival count must be back at 0";
-    EXPECT_EQ(bar[1], 2u) << "two barriers per launch";
+    EXPECT_EQ(count(dbar), 2u * static_cast<uint64_t>(sms)) << "two barriers per launch, one arrival per CTA";
 
     // Logits: x' as the kernel (fp32 rstd, products rounded as there), a double dot per row.
     float ss = 0.0f;
@@ -190,10 +191,13 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
         SCOPED_TRACE("grid " + std::to_string(grid));
         copy_to(dx, x0);
         copy_to(dact, std::vector<float>(static_cast<size_t>(S * ff), NAN));
+        DeviceBuffer own = to_device(std::vector<uint64_t>(1, 0u));  // a counter per grid size
         cuda::MoeFusedArgs b = a;
         b.grid = grid;
+        b.barrier = reinterpret_cast<unsigned long long*>(own.get());
         cuda::moe_fused_decode(b, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(count(own), 2u * static_cast<uint64_t>(grid));
         EXPECT_TRUE(same_bits(from_device<float>(dx.get(), static_cast<size_t>(n)), x1, &first)) << "x " << first;
         EXPECT_TRUE(same_bits(from_device<float>(dact.get(), static_cast<size_t>(S * ff)), act, &first))
             << "act " << first;
@@ -221,7 +225,7 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
         EXPECT_TRUE(same_bits(from_device<float>(dx.get(), static_cast<size_t>(n)), x2, &first))
             << "graph replay " << rep << ", x " << first;
     }
-    EXPECT_EQ(from_device<uint32_t>(dbar.get(), 1)[0], 0u);
+    EXPECT_EQ(count(dbar), 2u * 9u * static_cast<uint64_t>(sms)) << "9 launches on this counter";
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(st);
@@ -236,6 +240,7 @@ TEST(CudaMoeFused, MatchesChain) {
         {DType::Q4_K, DType::Q4_K, 512, 256, 12, 3}, {DType::Q4_K, DType::Q6_K, 512, 256, 12, 3},
         {DType::Q6_K, DType::Q6_K, 256, 256, 9, 2},  {DType::F32, DType::F32, 128, 32, 8, 2},
         {DType::Q4_0, DType::Q4_0, 96, 96, 33, 15},
+        {DType::Q8_0, DType::Q8_0, 2048, 128, 16, 4},  // two chunks per lane: the shared slot in phase B
     };
     if (!test::cuda_test_small()) {  // the Qwen3.5-35B-A3B and 122B-A10B expert shapes
         cases.push_back({DType::Q4_0, DType::Q4_0, 2048, 512, 256, 8});

@@ -130,7 +130,7 @@ Status CudaHybridForward::init() {
                  o_wts = c.add(M * k * f), o_eact = c.add(MS * k * ff_e * f), o_eout = c.add(MS * k * E * f),
                  o_sout = c.add(M * E * f), o_logits = c.add(ML * V * f), o_aws = c.add(attn_ws_bytes),
                  o_mcat = c.add(has_mtp() ? ML * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? ML * E * f : 0),
-                 o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)), o_mbar = c.add(2 * sizeof(unsigned)),
+                 o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)), o_mbar = c.add(sizeof(unsigned long long)),
                  o_cctr = c.add(static_cast<size_t>(E) * sizeof(unsigned)),
                  o_xn = c.add(chunk_ > 0 ? M * E * f : 0), o_tmp = c.add(chunk_ > 0 ? M * tmp_w * f : 0);
     const size_t groups =
@@ -162,7 +162,7 @@ Status CudaHybridForward::init() {
     logits_ = at(o_logits);
     attn_ws_ = base + o_aws;
     router_ctr_ = reinterpret_cast<unsigned*>(base + o_ctr);
-    moe_bar_ = reinterpret_cast<unsigned*>(base + o_mbar);
+    moe_bar_ = reinterpret_cast<unsigned long long*>(base + o_mbar);
     comb_ctr_ = reinterpret_cast<unsigned*>(base + o_cctr);
     if (chunk_ > 0) {
         xn_ = at(o_xn);

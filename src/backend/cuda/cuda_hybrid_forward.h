@@ -174,7 +174,7 @@ private:
     int32_t* ids_ = nullptr;   // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
     float* wts_ = nullptr;     // [M, ko] expert weights
     unsigned* router_ctr_ = nullptr;  // moe_router_route's arrival counter (zeroed scratch)
-    unsigned* moe_bar_ = nullptr;     // [2] moe_fused_decode's grid barrier (zeroed scratch)
+    unsigned long long* moe_bar_ = nullptr;  // moe_fused_decode's grid barrier count (zeroed scratch)
     unsigned* comb_ctr_ = nullptr;    // [n_embd] the fused combine's arrival counters (zeroed scratch)
     float* eact_ = nullptr;           // [M * ko, n_ff_expert]
     float* eout_ = nullptr;           // [M * ko, n_embd]

@@ -33,7 +33,7 @@ struct MoeFusedParams {
     int32_t* ids = nullptr;
     float* wts = nullptr;
     float* act = nullptr;
-    unsigned* bar = nullptr;
+    unsigned long long* bar = nullptr;
     uint64_t* trace = nullptr;
     int smem_gu = 0, smem_dn = 0;  // byte offsets of the activation areas (x' as fp32 at 0)
     // L2 prefetch before the PDL wait of the shared expert's rows (known without the router): byte
@@ -43,21 +43,23 @@ struct MoeFusedParams {
     uint64_t pf_len[kFusedMaxPrefetch] = {};
 };
 
-// Grid-wide barrier over all CTAs of the launch (every one resident): bar[0] counts arrivals (back
-// to 0 after each barrier), bar[1] is the generation. Memory written before it by any CTA is visible
-// after it to loads that bypass L1 (__ldcg).
-__device__ __forceinline__ void fused_grid_sync(unsigned* bar) {
+// Grid-wide barrier over all CTAs of the launch (every one resident). *bar counts arrivals and only
+// grows (64-bit: it never wraps): an arrival that reads old waits until the count reaches the next
+// multiple of the grid size, so every launch on the same words must use the same grid (the count starts
+// at 0, a multiple of every grid). Memory written before it by any CTA is visible after it to loads
+// that bypass L1 (__ldcg).
+__device__ __forceinline__ void fused_grid_sync(unsigned long long* bar) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        volatile unsigned* gen = bar + 1;
-        const unsigned g = *gen;
+        const unsigned long long g = gridDim.x;
         __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            while (*gen == g) __nanosleep(32);
+        const unsigned long long old = atomicAdd(bar, 1ull);
+        const unsigned long long target = old - old % g + g;
+        for (;;) {
+            unsigned long long now;
+            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(now) : "l"(bar) : "memory");
+            if (static_cast<long long>(now - target) >= 0) break;
+            __nanosleep(20);
         }
         __threadfence();
     }
@@ -131,6 +133,26 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
         }
     };
     if (r_rounds > 0) router_load(0);
+    // The shared expert (expert n_expert, slot k) needs no route: warp wid < n_ff takes its gate/up pair
+    // wid, loaded here and computed before barrier 1 (when its rows fit kShCh chunks per lane).
+    const int W = G * kFusedWarps, wid = b * kFusedWarps + warp;
+    const int ff = a.n_ff;
+    constexpr int kShCh = sizeof(typename TG::W) > 24 ? 1 : TG::kBatch;  // register budget
+    const int nch_g = (a.gu.n_units + 31) / 32;
+    const bool sh_early = nch_g <= kShCh && ff <= W;  // uniform over the grid
+    const bool sh_mine = sh_early && wid < ff;        // uniform over the warp
+    typename TG::W shg[kShCh], shu[kShCh];
+    if (sh_mine) {
+        const int64_t row = static_cast<int64_t>(a.n_expert) * a.gu.expert_rows + wid;
+#pragma unroll
+        for (int c = 0; c < kShCh; ++c) {
+            const int unit = c * 32 + lane;
+            if (c < nch_g && unit < a.gu.n_units) {
+                TG::load(shg[c], a.gu, row, unit);
+                TG::load(shu[c], a.gu, row + ff, unit);
+            }
+        }
+    }
     fused_prefetch<TG>(a, 0, a.pf_gu, a.gu);
     fused_prefetch<TD>(a, a.pf_gu, a.pf_n, a.dn);
     pdl_wait();  // x comes from the previous kernel
@@ -170,6 +192,20 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     }
     __syncthreads();
     fused_stamp(a, 2);
+    if (sh_mine) {  // the shared expert's act[k * n_ff + wid], as phase B computes a pair
+        float accg = 0.0f, accu = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kShCh; ++c) {
+            const int unit = c * 32 + lane;
+            if (c < nch_g && unit < a.gu.n_units) {
+                const typename TG::X xv = TG::load_x(x_gu, a.gu, unit);
+                accg = TG::dot(TG::unpack(shg[c], unit), xv, accg);
+                accu = TG::dot(TG::unpack(shu[c], unit), xv, accu);
+            }
+        }
+        const float gs = warp_sum(accg), us = warp_sum(accu);
+        if (lane == 0) a.act[a.k * ff + wid] = gs / (1.0f + expf(-gs)) * us;
+    }
 
     // ---- phase A: router logits -------------------------------------------------------------------
     for (int round = 0; round < r_rounds; ++round) {
@@ -218,12 +254,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
         a.ids[tid] = s_ids[tid];
         a.wts[tid] = s_w[tid];
     }
-    const int S = a.n_slots, ff = a.n_ff;
-    const int W = G * kFusedWarps, wid = b * kFusedWarps + warp;
+    const int S = a.n_slots;
     {
         const GemvParams& p = a.gu;
         const int nu = p.n_units, nch = (nu + 31) / 32;
-        const int pairs = S * ff;
+        const int pairs = (sh_early ? S - 1 : S) * ff;  // slot-major: the shared slot is the last
         const int my_pairs = wid < pairs ? (pairs - 1 - wid) / W + 1 : 0;
         const int items = my_pairs * nch;
         constexpr int kI = TG::kBatch / 2 > 0 ? TG::kBatch / 2 : 1;
@@ -277,7 +312,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     const int nu = p.n_units, per_out = S * nu, cpo = (per_out + 31) / 32;
     const int my_outs = wid < n ? (n - 1 - wid) / W + 1 : 0;
     const int items = my_outs * cpo;
-    constexpr int kD = TD::kBatch;
+    // Units per lane per set: ~40 registers of raw weights (the first set stays live across barrier 2).
+    constexpr int kDw = static_cast<int>(160 / sizeof(typename TD::W));
+    constexpr int kD = kDw < 1 ? 1 : kDw > 8 ? 8 : kDw;
     const int sets = (items + kD - 1) / kD;
     typename TD::W da[kD], db[kD];
     auto load = [&](typename TD::W(&w)[kD], int set) {

@@ -40,8 +40,10 @@ struct MoeFusedArgs {
     int32_t* ids = nullptr;   // [k + 1] written (as moe_route with the shared slot)
     float* weights = nullptr;  // [k + 1] written
     float* act = nullptr;      // [(k + 1) * n_ff] scratch (written, then read by other CTAs)
-    unsigned* barrier = nullptr;  // [2] device words, zero before the first launch (kept consistent after)
-    int grid = 0;                 // CTAs; 0: one per SM (tests force smaller grids)
+    // The grid barrier's arrival count (device), zero before the first launch; every launch on one
+    // counter must use the same grid (it stays a multiple of the grid size between launches).
+    unsigned long long* barrier = nullptr;
+    int grid = 0;  // CTAs; 0: one per SM (tests force smaller grids, each on its own counter)
     // Benchmarks only: [grid x kMoeFusedTracePoints] %globaltimer stamps (ns) of each CTA's thread 0 at
     // the phase boundaries (start, after the PDL wait, x' staged, logits written, barrier 1, routed,
     // gate/up done, barrier 2, act staged, end); nullptr: none.
