@@ -261,7 +261,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
         const int pairs = (sh_early ? S - 1 : S) * ff;  // slot-major: the shared slot is the last
         const int my_pairs = wid < pairs ? (pairs - 1 - wid) / W + 1 : 0;
         const int items = my_pairs * nch;
-        constexpr int kI = TG::kBatch / 2 > 0 ? TG::kBatch / 2 : 1;
+        // Pairs x chunks per set (two sets in flight): ~40 registers of raw weights per set.
+        constexpr int kIw = static_cast<int>(80 / sizeof(typename TG::W));
+        constexpr int kI = kIw < 1 ? 1 : kIw > 4 ? 4 : kIw;
         const int sets = (items + kI - 1) / kI;
         typename TG::W ga[kI], ua[kI], gb[kI], ub[kI];
         auto load = [&](typename TG::W(&g)[kI], typename TG::W(&u)[kI], int set) {
