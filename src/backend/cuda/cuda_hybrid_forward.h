@@ -113,7 +113,7 @@ private:
     void moe_block(const GpuHybridLayer& L, int n, bool chunk = false);
     bool fused_router_ok(const GpuHybridLayer& L) const;
     // The whole decode MoE block in one kernel (moe_fused.h): the fused router's conditions, the shared
-    // expert stacked, and a supported expert type pair / shape.
+    // expert stacked, and moe_fused_use (a supported type pair and shape where it is the faster).
     bool fused_moe_ok(const GpuHybridLayer& L) const;
     void moe_fused_block(const GpuHybridLayer& L);
     // The routed experts of n tokens x ko slots: slot-wise GEMVs (eact_, eout_), or for prompt chunks

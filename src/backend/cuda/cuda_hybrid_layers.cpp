@@ -159,8 +159,8 @@ bool CudaHybridForward::fused_router_ok(const GpuHybridLayer& L) const {
 bool CudaHybridForward::fused_moe_ok(const GpuHybridLayer& L) const {
     const HybridHParams& hy = *hp_.hybrid;
     return L.moe.shared_in_experts && fused_router_ok(L) &&
-           moe_fused_supported(L.moe.experts_gate_up, L.moe.experts_down, hp_.n_embd, hy.n_ff_expert, hy.n_expert,
-                               hy.n_expert_used);
+           moe_fused_use(L.moe.experts_gate_up, L.moe.experts_down, hp_.n_embd, hy.n_ff_expert, hy.n_expert,
+                         hy.n_expert_used);
 }
 
 // One token: router, top-k, the chosen and the shared experts' gate/up and down rows and the combine,

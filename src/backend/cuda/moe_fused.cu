@@ -87,10 +87,26 @@ bool shapes_ok(const GpuMatrix& gu, const GpuMatrix& dn, int64_t n_embd, int64_t
 
 }  // namespace
 
+bool moe_fused_preferred(int64_t n_ff, int k, int64_t gate_up_units, int sms) {
+    if (n_ff <= 0 || k < 1 || gate_up_units <= 0 || sms <= 0) return false;
+    const double items = static_cast<double>(k + 1) * static_cast<double>(n_ff) *
+                         static_cast<double>((gate_up_units + 31) / 32);
+    return items <= kMoeFusedMaxItems * static_cast<double>(sms) * detail::kFusedWarps;
+}
+
+bool moe_fused_use(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff, int n_expert,
+                   int k) {
+    static const long mode = env_int("PELICAN_FUSED_MOE", 0, 2, 1);
+    if (mode == 0 || !moe_fused_supported(gate_up, down, n_embd, n_ff, n_expert, k)) return false;
+    if (mode == 2) return true;
+    detail::GemvLayout l;
+    if (!detail::gemv_layout(gate_up.type, n_embd, &l)) return false;
+    return moe_fused_preferred(n_ff, k, l.n_in_pad / l.unit_elems, detail::gemv_sm_count());
+}
+
 bool moe_fused_supported(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff,
                          int n_expert, int k) {
-    static const bool on = env_switch_on("PELICAN_FUSED_MOE");
-    if (!on || current_device_cc_major() < 7) return false;
+    if (current_device_cc_major() < 7) return false;
     const int i = pair_index(gate_up.type, down.type);
     if (i < 0 || !shapes_ok(gate_up, down, n_embd, n_ff, n_expert, k)) return false;
     return prepare_pair(i);

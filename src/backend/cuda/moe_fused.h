@@ -13,6 +13,9 @@
 // Activations are rounded as the GEMVs round them (int8 32-blocks for quantized weights, fp32 for
 // float ones); the gate/up sums are the GEMV's own order (bit-identical to a one-row-per-warp GEMV);
 // the down sums and the combine are reordered (per lane w_j * unit dot, then a warp sum).
+// The grid barriers need every CTA resident at once: one such kernel at a time on a device (the engine
+// runs one decode stream; two of these kernels launched concurrently from different streams could each
+// hold part of the SMs and wait for each other).
 #pragma once
 
 #include <cstdint>
@@ -54,9 +57,21 @@ inline constexpr int kMoeFusedTracePoints = 10;
 // True when moe_fused_decode takes these weights: gate/up and down of one of the supported type
 // pairs (Q4_0/Q4_0, Q8_0/Q8_0, Q4_K/Q4_K, Q4_K/Q6_K, Q6_K/Q6_K, F32/F32), the shapes above, n_embd and
 // n_ff multiples of 32, n_embd <= 8192, 1 <= k < 16, n_expert <= 512, the activations fitting shared
-// memory, a device of sm_70+ where one CTA of the kernel fits an SM; PELICAN_FUSED_MOE=0 turns it off.
+// memory, a device of sm_70+ where one CTA of the kernel fits an SM.
 bool moe_fused_supported(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff,
                          int n_expert, int k);
+// Whether the fused kernel is expected to beat the chain for this shape, from measurements
+// (cuda_moe_bench on the H200, docs/performance.md): its gate/up phase spreads (k + 1) x n_ff row pairs
+// of ceil(units / 32) chunks over grid x 16 warps and becomes issue-bound when each warp has many
+// (Qwen3.5-35B-A3B: 4.4 items per warp, 20.2 us against 25.1 for the chain; 122B-A10B: 13.1, 38.6
+// against 34.5). True when those items per warp are at most kMoeFusedMaxItems. units: lane units of
+// one gate/up row (32 elements for Q4_0 / Q8_0 / Q6_K, 64 for Q4_K, 4 for F32); sms: the grid.
+inline constexpr double kMoeFusedMaxItems = 6.0;
+bool moe_fused_preferred(int64_t n_ff, int k, int64_t gate_up_units, int sms);
+// The decode pass's choice: PELICAN_FUSED_MOE=0 never, =2 wherever supported (A/B), otherwise (unset,
+// 1) where supported and preferred.
+bool moe_fused_use(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff, int n_expert,
+                   int k);
 // Sets the kernels' attributes for these types on the current device (outside graph capture).
 void moe_fused_prepare(DType gate_up, DType down);
 // Aborts with a message on arguments moe_fused_supported rejects.
