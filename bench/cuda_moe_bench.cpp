@@ -47,7 +47,8 @@ cuda::GpuMatrix upload_stack(DType t, int64_t n_in, int64_t rows, int64_t n_copi
         (void)quantize_row(t, row.data(), block.data() + r * rb, n_in);
     }
     std::vector<uint8_t> all(block.size() * static_cast<size_t>(n_copies));
-    for (int64_t c = 0; c < n_copies; ++c) std::memcpy(all.data() + c * block.size(), block.data(), block.size());
+    for (int64_t c = 0; c < n_copies; ++c)
+        std::memcpy(all.data() + c * block.size(), block.data(), block.size());
     cuda::HostRows hr{all.data(), static_cast<size_t>(rb), rows * n_copies};
     cuda::GpuMatrix m;
     const char* err = nullptr;
@@ -93,11 +94,15 @@ int main(int argc, char** argv) {
     bool trace = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        if (a == "--shape" && i + 1 < argc) shape = argv[++i];
-        else if (a == "--type" && i + 1 < argc) type = argv[++i];
-        else if (a == "--trace") trace = true;
+        if (a == "--shape" && i + 1 < argc)
+            shape = argv[++i];
+        else if (a == "--type" && i + 1 < argc)
+            type = argv[++i];
+        else if (a == "--trace")
+            trace = true;
         else {
-            std::fprintf(stderr, "usage: cuda_moe_bench [--shape 35b|122b] [--type q4_0|q4_k|q8_0] [--trace]\n");
+            std::fprintf(stderr,
+                         "usage: cuda_moe_bench [--shape 35b|122b] [--type q4_0|q4_k|q8_0] [--trace]\n");
             return 2;
         }
     }
@@ -105,7 +110,8 @@ int main(int argc, char** argv) {
     const int64_t n_embd = shape == "122b" ? 3072 : 2048, n_ff = shape == "122b" ? 1024 : 512;
     const int n_expert = 256, k = 8, S = k + 1, E1 = n_expert + 1;
     std::mt19937 rng(7);
-    cuda::GpuMatrix gu = upload_stack(t, n_embd, 2 * n_ff, E1, rng), dn = upload_stack(t, n_ff, n_embd, E1, rng);
+    cuda::GpuMatrix gu = upload_stack(t, n_embd, 2 * n_ff, E1, rng),
+                    dn = upload_stack(t, n_ff, n_embd, E1, rng);
     std::vector<float> rw(static_cast<size_t>(n_embd * E1)), x(static_cast<size_t>(n_embd)),
         nw(static_cast<size_t>(n_embd), 0.0f);
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -120,8 +126,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     cuda::DeviceBuffer dx(x.size() * 4), dnw(nw.size() * 4), dl(E1 * 4), dids(S * 4), dw(S * 4),
-        dact(static_cast<size_t>(S * n_ff) * 4), dout(static_cast<size_t>(S * n_embd) * 4), dbar(8),
-        dctr(4), dcomb(static_cast<size_t>(n_embd) * 4), dtrace(256 * cuda::kMoeFusedTracePoints * 8);
+        dact(static_cast<size_t>(S * n_ff) * 4), dout(static_cast<size_t>(S * n_embd) * 4), dbar(8), dctr(4),
+        dcomb(static_cast<size_t>(n_embd) * 4), dtrace(256 * cuda::kMoeFusedTracePoints * 8);
     PELICAN_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     PELICAN_CUDA_CHECK(cudaMemcpy(dnw.get(), nw.data(), nw.size() * 4, cudaMemcpyHostToDevice));
     for (auto* b : {&dbar, &dctr, &dcomb}) PELICAN_CUDA_CHECK(cudaMemset(b->get(), 0, b->size()));
@@ -195,9 +201,11 @@ int main(int argc, char** argv) {
         cuda::gemv(dn, d, s);
     });
     const double fused = graph_us(s, 40, [&] { cuda::moe_fused_decode(a, s); });
-    const double mb = (E1 * 4.0 * n_embd + S * (static_cast<double>(gu.bytes) / E1 + static_cast<double>(dn.bytes) / E1)) / 1e6;
-    std::printf("us per block: chain %.2f, fused %.2f (%.2fx); %.1f MB read per block: %.0f / %.0f GB/s\n", chain,
-                fused, chain / fused, mb, mb * 1e3 / chain, mb * 1e3 / fused);
+    const double mb =
+        (E1 * 4.0 * n_embd + S * (static_cast<double>(gu.bytes) / E1 + static_cast<double>(dn.bytes) / E1)) /
+        1e6;
+    std::printf("us per block: chain %.2f, fused %.2f (%.2fx); %.1f MB read per block: %.0f / %.0f GB/s\n",
+                chain, fused, chain / fused, mb, mb * 1e3 / chain, mb * 1e3 / fused);
     if (trace) {
         cuda::MoeFusedArgs b = a;
         b.trace = dtrace.as<uint64_t>();
@@ -209,14 +217,17 @@ int main(int argc, char** argv) {
         std::vector<uint64_t> st(static_cast<size_t>(sms * cuda::kMoeFusedTracePoints));
         PELICAN_CUDA_CHECK(cudaMemcpy(st.data(), dtrace.get(), st.size() * 8, cudaMemcpyDeviceToHost));
         uint64_t t0 = UINT64_MAX;
-        for (int c = 0; c < sms; ++c) t0 = std::min(t0, st[static_cast<size_t>(c * cuda::kMoeFusedTracePoints)]);
-        const char* names[cuda::kMoeFusedTracePoints] = {"start", "pdl wait", "x' staged", "logits", "barrier 1",
-                                                   "routed", "gate/up", "barrier 2", "act staged", "end"};
+        for (int c = 0; c < sms; ++c)
+            t0 = std::min(t0, st[static_cast<size_t>(c * cuda::kMoeFusedTracePoints)]);
+        const char* names[cuda::kMoeFusedTracePoints] = {"start",      "pdl wait", "x' staged", "logits",
+                                                         "barrier 1",  "routed",   "gate/up",   "barrier 2",
+                                                         "act staged", "end"};
         std::printf("fused phases (us from the earliest CTA start; median / max over %d CTAs):\n", sms);
         for (int p = 0; p < cuda::kMoeFusedTracePoints; ++p) {
             std::vector<double> v;
             for (int c = 0; c < sms; ++c)
-                v.push_back(1e-3 * static_cast<double>(st[static_cast<size_t>(c * cuda::kMoeFusedTracePoints + p)] - t0));
+                v.push_back(1e-3 * static_cast<double>(
+                                       st[static_cast<size_t>(c * cuda::kMoeFusedTracePoints + p)] - t0));
             std::printf("  %-11s %7.2f %7.2f\n", names[p], median(v), *std::max_element(v.begin(), v.end()));
         }
     }

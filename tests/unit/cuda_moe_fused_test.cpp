@@ -8,7 +8,8 @@
 //    |x| (the down sums and the combine are reordered, fp32);
 //  * forced grids of 1 and 3 CTAs (every CTA loops over more rows) give the same bits as one CTA per SM;
 //    the barrier's arrival count ends at 2 x grid per launch; two launches from a graph (PDL-chained,
-//    the second reading the first's x) equal two eager ones bit for bit.
+//    the second reading the first's x) equal two eager ones bit for bit; L2 hints for other weights
+//    (MoeFusedArgs::l2_next) change no bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,8 +47,8 @@ struct FusedCase {
     int n_expert = 16, k = 4;
     std::string describe() const {
         std::ostringstream s;
-        s << dtype_name(gu) << "/" << dtype_name(dn) << " n_embd " << n_embd << " n_ff " << n_ff << " experts "
-          << n_expert << " top-" << k;
+        s << dtype_name(gu) << "/" << dtype_name(dn) << " n_embd " << n_embd << " n_ff " << n_ff
+          << " experts " << n_expert << " top-" << k;
         return s.str();
     }
 };
@@ -106,7 +107,8 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
 
     // Logits: x' as the kernel (fp32 rstd, products rounded as there), a double dot per row.
     float ss = 0.0f;
-    for (int64_t i = 0; i < n; ++i) ss = std::fmaf(x0[static_cast<size_t>(i)], x0[static_cast<size_t>(i)], ss);
+    for (int64_t i = 0; i < n; ++i)
+        ss = std::fmaf(x0[static_cast<size_t>(i)], x0[static_cast<size_t>(i)], ss);
     const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(n) + 1e-6f);
     int bad = 0;
     for (int r = 0; r < E1; ++r) {
@@ -122,8 +124,8 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
             ADD_FAILURE() << "logit " << r << ": gpu " << logits[static_cast<size_t>(r)] << " ref " << dot;
     }
     EXPECT_EQ(bad, 0);
-    check_route_result(std::vector<float>(logits.begin(), logits.begin() + c.n_expert), 1, c.n_expert, c.k, true,
-                       false, std::vector<int32_t>(ids.begin(), ids.begin() + c.k),
+    check_route_result(std::vector<float>(logits.begin(), logits.begin() + c.n_expert), 1, c.n_expert, c.k,
+                       true, false, std::vector<int32_t>(ids.begin(), ids.begin() + c.k),
                        std::vector<float>(wts.begin(), wts.begin() + c.k));
     EXPECT_EQ(ids[static_cast<size_t>(c.k)], c.n_expert) << "the shared expert is the last slot";
     {
@@ -179,7 +181,8 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
     for (float v : ref_x) amax = std::max(amax, static_cast<double>(std::fabs(v)));
     bad = 0;
     for (int64_t i = 0; i < n; ++i) {
-        const double e = std::fabs(static_cast<double>(x1[static_cast<size_t>(i)]) - ref_x[static_cast<size_t>(i)]);
+        const double e =
+            std::fabs(static_cast<double>(x1[static_cast<size_t>(i)]) - ref_x[static_cast<size_t>(i)]);
         if (!(e <= 1e-5 * amax) && bad++ < 10)
             ADD_FAILURE() << "x[" << i << "]: fused " << x1[static_cast<size_t>(i)] << " chain "
                           << ref_x[static_cast<size_t>(i)] << " (|x| max " << amax << ")";
@@ -198,9 +201,26 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
         cuda::moe_fused_decode(b, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         EXPECT_EQ(count(own), 2u * static_cast<uint64_t>(grid));
-        EXPECT_TRUE(same_bits(from_device<float>(dx.get(), static_cast<size_t>(n)), x1, &first)) << "x " << first;
+        EXPECT_TRUE(same_bits(from_device<float>(dx.get(), static_cast<size_t>(n)), x1, &first))
+            << "x " << first;
         EXPECT_TRUE(same_bits(from_device<float>(dact.get(), static_cast<size_t>(S * ff)), act, &first))
             << "act " << first;
+    }
+
+    // L2 hints for "next" weights (here the down stack and the router): the same bits.
+    {
+        copy_to(dx, x0);
+        cuda::MoeFusedArgs b = a;
+        b.l2_next[0] = g_dn.data;
+        b.l2_next_bytes[0] = g_dn.bytes;
+        b.l2_next[1] = g_r.data;
+        b.l2_next_bytes[1] = g_r.bytes;
+        DeviceBuffer own = to_device(std::vector<uint64_t>(1, 0u));
+        b.barrier = reinterpret_cast<unsigned long long*>(own.get());
+        cuda::moe_fused_decode(b, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(same_bits(from_device<float>(dx.get(), static_cast<size_t>(n)), x1, &first))
+            << "with L2 hints, x " << first;
     }
 
     // Two launches eagerly, then the same two from a graph (PDL chained): the same bits.
@@ -236,9 +256,12 @@ TEST(CudaMoeFused, MatchesChain) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
     Rng rng;
     std::vector<FusedCase> cases = {
-        {DType::Q4_0, DType::Q4_0, 256, 64, 16, 4},  {DType::Q8_0, DType::Q8_0, 256, 64, 16, 4},
-        {DType::Q4_K, DType::Q4_K, 512, 256, 12, 3}, {DType::Q4_K, DType::Q6_K, 512, 256, 12, 3},
-        {DType::Q6_K, DType::Q6_K, 256, 256, 9, 2},  {DType::F32, DType::F32, 128, 32, 8, 2},
+        {DType::Q4_0, DType::Q4_0, 256, 64, 16, 4},
+        {DType::Q8_0, DType::Q8_0, 256, 64, 16, 4},
+        {DType::Q4_K, DType::Q4_K, 512, 256, 12, 3},
+        {DType::Q4_K, DType::Q6_K, 512, 256, 12, 3},
+        {DType::Q6_K, DType::Q6_K, 256, 256, 9, 2},
+        {DType::F32, DType::F32, 128, 32, 8, 2},
         {DType::Q4_0, DType::Q4_0, 96, 96, 33, 15},
         {DType::Q8_0, DType::Q8_0, 2048, 128, 16, 4},  // two chunks per lane: the shared slot in phase B
     };

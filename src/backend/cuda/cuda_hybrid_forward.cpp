@@ -130,7 +130,8 @@ Status CudaHybridForward::init() {
                  o_wts = c.add(M * k * f), o_eact = c.add(MS * k * ff_e * f), o_eout = c.add(MS * k * E * f),
                  o_sout = c.add(M * E * f), o_logits = c.add(ML * V * f), o_aws = c.add(attn_ws_bytes),
                  o_mcat = c.add(has_mtp() ? ML * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? ML * E * f : 0),
-                 o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)), o_mbar = c.add(sizeof(unsigned long long)),
+                 o_mlog = c.add(has_mtp() ? ML * V * f : 0), o_ctr = c.add(sizeof(unsigned)),
+                 o_mbar = c.add(sizeof(unsigned long long)),
                  o_cctr = c.add(static_cast<size_t>(E) * sizeof(unsigned)),
                  o_xn = c.add(chunk_ > 0 ? M * E * f : 0), o_tmp = c.add(chunk_ > 0 ? M * tmp_w * f : 0);
     const size_t groups =

@@ -110,12 +110,13 @@ private:
     void attention_layer(const GpuHybridLayer& L, int slot, int n, const int32_t* pos);
     // chunk: a prompt chunk of up to chunk_ tokens (GEMMs through mm_ for the router, the shared
     // expert and the dense MLP; the routed experts in expert-slot GEMVs as in a micro-batch).
-    void moe_block(const GpuHybridLayer& L, int n, bool chunk = false);
+    void moe_block(const GpuHybridLayer& L, int n, bool chunk = false, const GpuHybridLayer* next = nullptr);
     bool fused_router_ok(const GpuHybridLayer& L) const;
     // The whole decode MoE block in one kernel (moe_fused.h): the fused router's conditions, the shared
     // expert stacked, and moe_fused_use (a supported type pair and shape where it is the faster).
     bool fused_moe_ok(const GpuHybridLayer& L) const;
-    void moe_fused_block(const GpuHybridLayer& L);
+    // next: the layer after L (its first projection's weights are hinted into L2 with PELICAN_MOE_L2_NEXT=1).
+    void moe_fused_block(const GpuHybridLayer& L, const GpuHybridLayer* next);
     // The routed experts of n tokens x ko slots: slot-wise GEMVs (eact_, eout_), or for prompt chunks
     // grouped by expert (xg_, eactg_, eoutg_; slot s at row slot_row_[s]).
     void moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk, bool fused_combine = false);
@@ -173,16 +174,16 @@ private:
     float* router_ = nullptr;  // [M, n_expert + 1]
     int32_t* ids_ = nullptr;   // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
     float* wts_ = nullptr;     // [M, ko] expert weights
-    unsigned* router_ctr_ = nullptr;  // moe_router_route's arrival counter (zeroed scratch)
+    unsigned* router_ctr_ = nullptr;         // moe_router_route's arrival counter (zeroed scratch)
     unsigned long long* moe_bar_ = nullptr;  // moe_fused_decode's grid barrier count (zeroed scratch)
-    unsigned* comb_ctr_ = nullptr;    // [n_embd] the fused combine's arrival counters (zeroed scratch)
-    float* eact_ = nullptr;           // [M * ko, n_ff_expert]
-    float* eout_ = nullptr;           // [M * ko, n_embd]
-    float* sout_ = nullptr;           // [M, n_embd] shared expert output
-    float* logits_ = nullptr;         // [M, n_vocab]; row 0 = the last token's after enqueue_micro
-    float* mtp_cat_ = nullptr;        // [M, 2 n_embd] MTP fc input (MTP only)
-    float* mtp_hidden_ = nullptr;     // [M, n_embd] the rows' hidden states (MTP only)
-    float* mtp_logits_ = nullptr;     // [M, n_vocab] (MTP only)
+    unsigned* comb_ctr_ = nullptr;           // [n_embd] the fused combine's arrival counters (zeroed scratch)
+    float* eact_ = nullptr;                  // [M * ko, n_ff_expert]
+    float* eout_ = nullptr;                  // [M * ko, n_embd]
+    float* sout_ = nullptr;                  // [M, n_embd] shared expert output
+    float* logits_ = nullptr;                // [M, n_vocab]; row 0 = the last token's after enqueue_micro
+    float* mtp_cat_ = nullptr;               // [M, 2 n_embd] MTP fc input (MTP only)
+    float* mtp_hidden_ = nullptr;            // [M, n_embd] the rows' hidden states (MTP only)
+    float* mtp_logits_ = nullptr;            // [M, n_vocab] (MTP only)
     void* attn_ws_ = nullptr;
     float* rope_table_ = nullptr;
     StepInput* step_in_ = nullptr;

@@ -165,7 +165,14 @@ bool CudaHybridForward::fused_moe_ok(const GpuHybridLayer& L) const {
 
 // One token: router, top-k, the chosen and the shared experts' gate/up and down rows and the combine,
 // x += MoE(rms_norm_zc(x)), in one kernel.
-void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L) {
+// PELICAN_MOE_L2_NEXT=1: the fused MoE block hints the next layer's first projection into L2 (not yet
+// measured, so off by default).
+static bool moe_l2_next_enabled() {
+    static const bool on = env_switch_set("PELICAN_MOE_L2_NEXT");
+    return on;
+}
+
+void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L, const GpuHybridLayer* next) {
     const HybridHParams& hy = *hp_.hybrid;
     const GpuMatrix& r = L.moe.router[0].m;
     MoeFusedArgs a;
@@ -187,12 +194,23 @@ void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L) {
     a.weights = wts_;
     a.act = eact_;
     a.barrier = moe_bar_;
+    if (next != nullptr && moe_l2_next_enabled()) {
+        const std::vector<GpuPart>& parts = next->full_attention ? next->attn.qkvg : next->linear.in_proj;
+        size_t total = 0;
+        for (size_t i = 0; i < parts.size() && i < static_cast<size_t>(kMoeFusedNextRanges); ++i) {
+            const GpuMatrix& m = parts[i].m;
+            if (m.data == nullptr || total + m.bytes > (size_t{24} << 20)) break;  // at most ~half the L2
+            a.l2_next[i] = m.data;
+            a.l2_next_bytes[i] = m.bytes;
+            total += m.bytes;
+        }
+    }
     moe_fused_decode(a, stream_);
 }
 
-void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
+void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk, const GpuHybridLayer* next) {
     if (n == 1 && !chunk && fused_moe_ok(L)) {
-        moe_fused_block(L);
+        moe_fused_block(L, next);
         return;
     }
     const HybridHParams& hy = *hp_.hybrid;
@@ -414,7 +432,7 @@ void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* 
         else
             deltanet_layer(L, rec_slot_[static_cast<size_t>(il)], n);
         if (moe)
-            moe_block(L, n);
+            moe_block(L, n, false, il + 1 < hp_.n_layer ? &gm_->hybrid_layer(il + 1) : nullptr);
         else
             mlp_block(L, n);
     }

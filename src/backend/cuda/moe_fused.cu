@@ -34,9 +34,12 @@ struct Pair {
     MoeFusedEntry entry;
 };
 constexpr Pair kPairs[] = {
-    {DType::Q4_0, DType::Q4_0, detail::moe_fused_q4_0}, {DType::Q8_0, DType::Q8_0, detail::moe_fused_q8_0},
-    {DType::Q4_K, DType::Q4_K, detail::moe_fused_q4_k}, {DType::Q4_K, DType::Q6_K, detail::moe_fused_q4_k_q6_k},
-    {DType::Q6_K, DType::Q6_K, detail::moe_fused_q6_k}, {DType::F32, DType::F32, detail::moe_fused_f32},
+    {DType::Q4_0, DType::Q4_0, detail::moe_fused_q4_0},
+    {DType::Q8_0, DType::Q8_0, detail::moe_fused_q8_0},
+    {DType::Q4_K, DType::Q4_K, detail::moe_fused_q4_k},
+    {DType::Q4_K, DType::Q6_K, detail::moe_fused_q4_k_q6_k},
+    {DType::Q6_K, DType::Q6_K, detail::moe_fused_q6_k},
+    {DType::F32, DType::F32, detail::moe_fused_f32},
 };
 constexpr int kNumPairs = static_cast<int>(sizeof(kPairs) / sizeof(kPairs[0]));
 
@@ -94,8 +97,8 @@ bool moe_fused_preferred(int64_t n_ff, int k, int64_t gate_up_units, int sms) {
     return items <= kMoeFusedMaxItems * static_cast<double>(sms) * detail::kFusedWarps;
 }
 
-bool moe_fused_use(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff, int n_expert,
-                   int k) {
+bool moe_fused_use(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff,
+                   int n_expert, int k) {
     static const long mode = env_int("PELICAN_FUSED_MOE", 0, 2, 1);
     if (mode == 0 || !moe_fused_supported(gate_up, down, n_embd, n_ff, n_expert, k)) return false;
     if (mode == 2) return true;
@@ -122,11 +125,13 @@ void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream) {
     if (i < 0) fused_fail("unsupported weight type pair");
     if (!shapes_ok(a.gate_up, a.down, a.n_embd, a.n_ff, a.n_expert, a.k)) fused_fail("unsupported shapes");
     if (!prepare_pair(i)) fused_fail("one CTA does not fit an SM");
-    if (!a.x || !a.router_w || !a.logits || !a.ids || !a.weights || !a.act || !a.barrier) fused_fail("null pointer");
+    if (!a.x || !a.router_w || !a.logits || !a.ids || !a.weights || !a.act || !a.barrier)
+        fused_fail("null pointer");
     const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
     if (misaligned(a.x) || misaligned(a.router_w) || (a.norm_w && misaligned(a.norm_w)) || misaligned(a.act))
         fused_fail("x, router_w, norm_w and act must be 16-byte aligned");
-    if (a.router_stride < a.n_embd || a.router_stride % 4 != 0) fused_fail("router_stride below n_embd or not a multiple of 4");
+    if (a.router_stride < a.n_embd || a.router_stride % 4 != 0)
+        fused_fail("router_stride below n_embd or not a multiple of 4");
 
     const int slots = a.k + 1;
     detail::MoeFusedParams p;
@@ -169,6 +174,13 @@ void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream) {
     p.act = a.act;
     p.bar = a.barrier;
     p.trace = a.trace;
+    for (int r = 0; r < kMoeFusedNextRanges; ++r) {
+        const bool on = a.l2_next[r] != nullptr && a.l2_next_bytes[r] > 0;
+        if (on && (reinterpret_cast<uintptr_t>(a.l2_next[r]) & 15u) != 0)
+            fused_fail("l2_next ranges must be 16-byte aligned");
+        p.l2_next[r] = on ? static_cast<const uint8_t*>(a.l2_next[r]) : nullptr;
+        p.l2_next_bytes[r] = on ? a.l2_next_bytes[r] : 0;
+    }
     p.smem_gu = static_cast<int>(detail::round_up(a.n_embd * 4, 16));
     p.smem_dn = p.smem_gu + static_cast<int>(detail::round_up(p.gu.tok_bytes, 16));
     // The shared expert (expert n_expert) is always chosen: its rows into L2 before the PDL wait.

@@ -24,7 +24,7 @@ struct MoeFusedParams {
     float eps = 0.0f;
     const float* rw = nullptr;  // router rows [n_rows, r_stride floats]
     int64_t r_stride = 0;
-    int n_rows = 0;  // n_expert + 1
+    int n_rows = 0;                        // n_expert + 1
     int n_expert = 0, k = 0, n_slots = 0;  // n_slots = k + 1 (the shared expert last)
     bool renorm = true;
     GemvParams gu, dn;  // the layouts (gemv_make_params); gu.norm_one_plus is the norm's rule
@@ -35,6 +35,8 @@ struct MoeFusedParams {
     float* act = nullptr;
     unsigned long long* bar = nullptr;
     uint64_t* trace = nullptr;
+    const uint8_t* l2_next[kMoeFusedNextRanges] = {};
+    uint64_t l2_next_bytes[kMoeFusedNextRanges] = {};
     int smem_gu = 0, smem_dn = 0;  // byte offsets of the activation areas (x' as fp32 at 0)
     // L2 prefetch before the PDL wait of the shared expert's rows (known without the router): byte
     // ranges [lo, lo + len) of gate/up (first pf_gu) then down planes, split over the CTAs.
@@ -69,7 +71,8 @@ __device__ __forceinline__ void fused_grid_sync(unsigned long long* bar) {
 // x[4f .. 4f+3] into a GEMV activation area: int8 blocks (quantize4; all 32 lanes must call it)
 // or fp32 in the float layout.
 template <class T>
-__device__ __forceinline__ void fused_stage4(const GemvParams& p, uint8_t* area, float4 v, int f, bool active) {
+__device__ __forceinline__ void fused_stage4(const GemvParams& p, uint8_t* area, float4 v, int f,
+                                             bool active) {
     if constexpr (T::kQuant) {
         quantize4<T::kNP>(p, area, v, f, active);
     } else if (active) {
@@ -97,6 +100,22 @@ __device__ __forceinline__ void fused_stamp(const MoeFusedParams& a, int point) 
         uint64_t t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         a.trace[blockIdx.x * kMoeFusedTracePoints + point] = t;
+    }
+}
+
+// This CTA's share of the next kernels' weight ranges as L2 prefetch hints (16 KiB per instruction,
+// 16-byte bounds inside each range).
+__device__ __forceinline__ void fused_prefetch_next(const MoeFusedParams& a) {
+    constexpr uint64_t kChunk = 16384;
+#pragma unroll
+    for (int r = 0; r < kMoeFusedNextRanges; ++r) {
+        const uint64_t bytes = a.l2_next_bytes[r] & ~uint64_t{15};
+        if (a.l2_next[r] == nullptr || bytes == 0) continue;
+        const uint64_t per = (bytes / gridDim.x + 15) / 16 * 16;
+        const uint64_t lo = per * blockIdx.x, hi = lo + per < bytes ? lo + per : bytes;
+        for (uint64_t off = lo + threadIdx.x * kChunk; off < hi; off += kFusedThreads * kChunk)
+            prefetch_l2_bulk(reinterpret_cast<uintptr_t>(a.l2_next[r]) + off,
+                             static_cast<uint32_t>(hi - off < kChunk ? hi - off : kChunk));
     }
 }
 
@@ -155,6 +174,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     }
     fused_prefetch<TG>(a, 0, a.pf_gu, a.gu);
     fused_prefetch<TD>(a, a.pf_gu, a.pf_n, a.dn);
+    fused_prefetch_next(a);
     pdl_wait();  // x comes from the previous kernel
     fused_stamp(a, 1);
 
@@ -172,7 +192,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
             float ss = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk)
-                ss = fmaf(v[kk].x, v[kk].x, fmaf(v[kk].y, v[kk].y, fmaf(v[kk].z, v[kk].z, fmaf(v[kk].w, v[kk].w, ss))));
+                ss = fmaf(v[kk].x, v[kk].x,
+                          fmaf(v[kk].y, v[kk].y, fmaf(v[kk].z, v[kk].z, fmaf(v[kk].w, v[kk].w, ss))));
             ss = warp_sum(ss);
             if (lane == 0) part[warp] = ss;
             __syncthreads();
@@ -218,7 +239,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
                 const int f = (kk * kFusedWarps + warp) * 32 + lane;
                 if (f < nf) {
                     const float4 xv = xs[f];
-                    acc = fmaf(rw[j][kk].x, xv.x, fmaf(rw[j][kk].y, xv.y, fmaf(rw[j][kk].z, xv.z, fmaf(rw[j][kk].w, xv.w, acc))));
+                    acc =
+                        fmaf(rw[j][kk].x, xv.x,
+                             fmaf(rw[j][kk].y, xv.y, fmaf(rw[j][kk].z, xv.z, fmaf(rw[j][kk].w, xv.w, acc))));
                 }
             }
             acc = warp_sum(acc);
@@ -331,7 +354,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     };
     if (sets > 0) load(da, 0);  // the ids are known: before the barrier
     fused_stamp(a, 6);
-    fused_grid_sync(a.bar);     // every slot's act is written
+    fused_grid_sync(a.bar);  // every slot's act is written
     fused_stamp(a, 7);
 
     // Stage act (S rows of n_ff) into the down activation areas: up to 8 loads per thread in flight.
@@ -391,8 +414,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
 
 template <class TG, class TD>
 void moe_fused_attr() {
-    PELICAN_CUDA_CHECK(cudaFuncSetAttribute(moe_fused_kernel<TG, TD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            kGemvMaxSmem));
+    PELICAN_CUDA_CHECK(cudaFuncSetAttribute(moe_fused_kernel<TG, TD>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvMaxSmem));
 }
 
 template <class TG, class TD>

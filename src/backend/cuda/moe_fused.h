@@ -39,20 +39,27 @@ struct MoeFusedArgs {
     GpuMatrix gate_up;  // (n_expert + 1) experts of [gate (n_ff rows); up (n_ff rows)] x n_embd
     GpuMatrix down;     // (n_expert + 1) experts of n_embd rows x n_ff
     int64_t n_ff = 0;
-    float* logits = nullptr;  // [n_expert + 1] written (the router's logits)
-    int32_t* ids = nullptr;   // [k + 1] written (as moe_route with the shared slot)
+    float* logits = nullptr;   // [n_expert + 1] written (the router's logits)
+    int32_t* ids = nullptr;    // [k + 1] written (as moe_route with the shared slot)
     float* weights = nullptr;  // [k + 1] written
     float* act = nullptr;      // [(k + 1) * n_ff] scratch (written, then read by other CTAs)
     // The grid barrier's arrival count (device), zero before the first launch; every launch on one
     // counter must use the same grid (it stays a multiple of the grid size between launches).
     unsigned long long* barrier = nullptr;
     int grid = 0;  // CTAs; 0: one per SM (tests force smaller grids, each on its own counter)
+    // Optional L2 prefetch hints for the NEXT kernels' weights (e.g. the next layer's first projection):
+    // up to kMoeFusedNextRanges device ranges, spread over the CTAs and issued before the PDL wait, so that
+    // HBM streams them while this kernel waits on its barriers and the route. Hints only (results never
+    // change); nullptr / 0 bytes: none. The forward sets them with PELICAN_MOE_L2_NEXT=1 (not yet measured).
+    const void* l2_next[4] = {nullptr, nullptr, nullptr, nullptr};
+    size_t l2_next_bytes[4] = {0, 0, 0, 0};
     // Benchmarks only: [grid x kMoeFusedTracePoints] %globaltimer stamps (ns) of each CTA's thread 0 at
     // the phase boundaries (start, after the PDL wait, x' staged, logits written, barrier 1, routed,
     // gate/up done, barrier 2, act staged, end); nullptr: none.
     uint64_t* trace = nullptr;
 };
 inline constexpr int kMoeFusedTracePoints = 10;
+inline constexpr int kMoeFusedNextRanges = 4;
 
 // True when moe_fused_decode takes these weights: gate/up and down of one of the supported type
 // pairs (Q4_0/Q4_0, Q8_0/Q8_0, Q4_K/Q4_K, Q4_K/Q6_K, Q6_K/Q6_K, F32/F32), the shapes above, n_embd and
@@ -70,8 +77,8 @@ inline constexpr double kMoeFusedMaxItems = 6.0;
 bool moe_fused_preferred(int64_t n_ff, int k, int64_t gate_up_units, int sms);
 // The decode pass's choice: PELICAN_FUSED_MOE=0 never, =2 wherever supported (A/B), otherwise (unset,
 // 1) where supported and preferred.
-bool moe_fused_use(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff, int n_expert,
-                   int k);
+bool moe_fused_use(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff,
+                   int n_expert, int k);
 // Sets the kernels' attributes for these types on the current device (outside graph capture).
 void moe_fused_prepare(DType gate_up, DType down);
 // Aborts with a message on arguments moe_fused_supported rejects.
