@@ -13,6 +13,8 @@
 #   bench/peer/table   check.sh's phases on those files: pelican bench --device cuda and llama-bench
 #             (LLAMA_BENCH / LLAMA_BENCH_DONE / LLAMA_BUILD_LOG as for check.sh), pp$PP, tg128 at depth 0
 #             and $DEPTHS
+#   moe       cuda_moe_bench: the one-kernel decode MoE block against the three-kernel chain, 35B and 122B
+#             expert shapes in Q4_0 and Q4_K (MOE_SHAPES, MOE_TYPES), with the kernel's phase stamps
 #   ab        A/B of the PELICAN_* switches of the hybrid pass (AB_SWITCHES, AB_DEPTH) on the first type's file
 #   big       Qwen3.5-122B-A10B shape (~70 GB in Q4_0: more than the disk) generated into memory:
 #             pelican bench --device cuda --synthetic qwen3_5_moe --config tools/configs/qwen3.5-122b-a10b.json
@@ -114,14 +116,27 @@ with lzma.open(sys.argv[1]) as i, open(sys.argv[2], "wb") as o: shutil.copyfileo
   return "$rc"
 }
 
-ALL=(build test sanitize models bench peer table big)  # ab: on request only
+# The decode MoE block alone: cuda_moe_bench (fused kernel against the three-kernel chain) on the 35B and
+# 122B expert shapes, with the fused kernel's phase stamps (MOE_SHAPES, MOE_TYPES).
+phase_moe() {
+  local sh t rc=0
+  for sh in ${MOE_SHAPES:-35b 122b}; do
+    for t in ${MOE_TYPES:-q4_0 q4_k}; do
+      echo "== cuda_moe_bench --shape $sh --type $t --trace"
+      timeout -k 10 120 "$BUILD_DIR/bin/cuda_moe_bench" --shape "$sh" --type "$t" --trace || rc=1
+    done
+  done
+  return "$rc"
+}
+
+ALL=(build test sanitize models bench peer table big)  # ab, moe: on request only
 if [ $# -gt 0 ]; then PHASES=("$@"); else PHASES=("${ALL[@]}"); fi
 rc=0
 for p in "${PHASES[@]}"; do
   case $p in
     build | models | bench | peer | table)
       tools/gpu/check.sh "$p" || rc=1 ;;
-    test | sanitize | big | ab)
+    test | sanitize | big | ab | moe)
       t0=$SECONDS
       (set -e; "phase_$p") >"$OUT/$p.log" 2>&1
       st=$?
