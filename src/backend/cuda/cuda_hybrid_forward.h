@@ -115,7 +115,7 @@ private:
     // The whole decode MoE block in one kernel (moe_fused.h): the fused router's conditions, the shared
     // expert stacked, and moe_fused_use (a supported type pair and shape where it is the faster).
     bool fused_moe_ok(const GpuHybridLayer& L) const;
-    // next: the layer after L (its first projection's weights are hinted into L2 with PELICAN_MOE_L2_NEXT=1).
+    // next: the layer after L (its first projection's weights are hinted into L2 with PELICAN_L2_NEXT=1).
     void moe_fused_block(const GpuHybridLayer& L, const GpuHybridLayer* next);
     // The routed experts of n tokens x ko slots: slot-wise GEMVs (eact_, eout_), or for prompt chunks
     // grouped by expert (xg_, eactg_, eoutg_; slot s at row slot_row_[s]).

@@ -73,6 +73,15 @@ static bool fused_combine_enabled() {
     return on;
 }
 
+// PELICAN_L2_NEXT=1: latency-bound decode kernels hint the weights of a later kernel into L2 (the
+// DeltaNet step: the layer's out projection; the fused MoE block: the next layer's first projection).
+// Not yet measured, so off by default.
+static bool l2_next_enabled() {
+    static const bool on = env_switch_set("PELICAN_L2_NEXT");
+    return on;
+}
+static constexpr size_t kL2NextMaxBytes = size_t{24} << 20;  // at most about half the H200's L2
+
 void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n) {
     const HybridHParams& hy = *hp_.hybrid;
     const int64_t cd = hy.linear.conv_dim();
@@ -80,7 +89,12 @@ void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n)
     // conv + SiLU of the Q|K|V columns.
     gemv_parts(L.linear.in_proj, L.attn_norm, n, proj_, w_dn_, false);
     conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
-    deltanet_step(deltanet_args(L, slot, n), stream_);
+    DeltaNetStepArgs d = deltanet_args(L, slot, n);
+    if (n == 1 && l2_next_enabled() && L.linear.out.bytes <= kL2NextMaxBytes) {
+        d.l2_next = L.linear.out.data;
+        d.l2_next_bytes = L.linear.out.bytes;
+    }
+    deltanet_step(d, stream_);
     // x += W_out core
     GemvArgs o;
     o.x = core_;
@@ -165,13 +179,6 @@ bool CudaHybridForward::fused_moe_ok(const GpuHybridLayer& L) const {
 
 // One token: router, top-k, the chosen and the shared experts' gate/up and down rows and the combine,
 // x += MoE(rms_norm_zc(x)), in one kernel.
-// PELICAN_MOE_L2_NEXT=1: the fused MoE block hints the next layer's first projection into L2 (not yet
-// measured, so off by default).
-static bool moe_l2_next_enabled() {
-    static const bool on = env_switch_set("PELICAN_MOE_L2_NEXT");
-    return on;
-}
-
 void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L, const GpuHybridLayer* next) {
     const HybridHParams& hy = *hp_.hybrid;
     const GpuMatrix& r = L.moe.router[0].m;
@@ -194,12 +201,12 @@ void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L, const GpuHybrid
     a.weights = wts_;
     a.act = eact_;
     a.barrier = moe_bar_;
-    if (next != nullptr && moe_l2_next_enabled()) {
+    if (next != nullptr && l2_next_enabled()) {
         const std::vector<GpuPart>& parts = next->full_attention ? next->attn.qkvg : next->linear.in_proj;
         size_t total = 0;
         for (size_t i = 0; i < parts.size() && i < static_cast<size_t>(kMoeFusedNextRanges); ++i) {
             const GpuMatrix& m = parts[i].m;
-            if (m.data == nullptr || total + m.bytes > (size_t{24} << 20)) break;  // at most ~half the L2
+            if (m.data == nullptr || total + m.bytes > kL2NextMaxBytes) break;
             a.l2_next[i] = m.data;
             a.l2_next_bytes[i] = m.bytes;
             total += m.bytes;

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/deltanet.h"
 #include "backend/cuda/deltanet_impl.cuh"
+#include "backend/cuda/l2_hint.cuh"
 #include "backend/cuda/pdl.cuh"
 
 namespace pelican::cuda {
@@ -151,6 +152,7 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
     float S[RPT];                                                              // S[i] = S[h][RPT grp + i][j]
 #pragma unroll
     for (int i = 0; i < RPT; ++i) S[i] = owns ? __ldcg(s_col + int64_t{i} * D) : 0.0f;
+    detail::l2_hint_share(p.l2_next, p.l2_next_bytes, h, static_cast<int>(gridDim.x), StepCfg<D>::kThreads);
     pdl_wait();  // conv_out, a, b, z come from the kernels just before; out is read by later ones
     pdl_trigger();
 

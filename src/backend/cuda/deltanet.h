@@ -67,6 +67,11 @@ struct DeltaNetStepArgs {
     // Must not overlap any input or the state.
     float* out = nullptr;
     int64_t out_stride = 0;
+    // Optional L2 prefetch hint for a LATER kernel's weights (the layer's out projection): the device
+    // range [l2_next, l2_next + l2_next_bytes), 16-byte aligned, split over the CTAs and issued before
+    // the PDL wait (the one-CTA-per-head kernel only). Never changes a result; nullptr: none.
+    const void* l2_next = nullptr;
+    size_t l2_next_bytes = 0;
 };
 void deltanet_step(const DeltaNetStepArgs& args, cudaStream_t stream);
 // deltanet_step's kernel for d_k = d_v = 128 on sm_90: four CTAs (a cluster) per value head instead

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/gemv_params.cuh"
+#include "backend/cuda/l2_hint.cuh"
 
 namespace pelican::cuda::detail {
 
@@ -33,18 +34,8 @@ __device__ __forceinline__ uint32_t ld_stream2(const uint8_t* p) {
     return h;
 }
 
-// L2 prefetch hints (no data returned, nothing waits for them; they never change results).
-// Bulk: 16-byte aligned address, bytes a multiple of 16 (sm_90 TMA prefetch; a no-op before).
-__device__ __forceinline__ void prefetch_l2_bulk(uintptr_t addr, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
-                 :
-                 : "l"(__cvta_generic_to_global(reinterpret_cast<const void*>(addr))), "r"(bytes));
-#else
-    (void)addr;
-    (void)bytes;
-#endif
-}
+// L2 prefetch hints (no data returned, nothing waits for them; they never change results): the bulk
+// form is prefetch_l2_bulk (l2_hint.cuh).
 // The 128-byte line holding addr.
 __device__ __forceinline__ void prefetch_l2_line(uintptr_t addr) {
     asm volatile("prefetch.global.L2 [%0];"

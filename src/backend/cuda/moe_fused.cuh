@@ -103,22 +103,6 @@ __device__ __forceinline__ void fused_stamp(const MoeFusedParams& a, int point) 
     }
 }
 
-// This CTA's share of the next kernels' weight ranges as L2 prefetch hints (16 KiB per instruction,
-// 16-byte bounds inside each range).
-__device__ __forceinline__ void fused_prefetch_next(const MoeFusedParams& a) {
-    constexpr uint64_t kChunk = 16384;
-#pragma unroll
-    for (int r = 0; r < kMoeFusedNextRanges; ++r) {
-        const uint64_t bytes = a.l2_next_bytes[r] & ~uint64_t{15};
-        if (a.l2_next[r] == nullptr || bytes == 0) continue;
-        const uint64_t per = (bytes / gridDim.x + 15) / 16 * 16;
-        const uint64_t lo = per * blockIdx.x, hi = lo + per < bytes ? lo + per : bytes;
-        for (uint64_t off = lo + threadIdx.x * kChunk; off < hi; off += kFusedThreads * kChunk)
-            prefetch_l2_bulk(reinterpret_cast<uintptr_t>(a.l2_next[r]) + off,
-                             static_cast<uint32_t>(hi - off < kChunk ? hi - off : kChunk));
-    }
-}
-
 template <class TG, class TD>
 __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFusedParams a) {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -174,7 +158,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     }
     fused_prefetch<TG>(a, 0, a.pf_gu, a.gu);
     fused_prefetch<TD>(a, a.pf_gu, a.pf_n, a.dn);
-    fused_prefetch_next(a);
+#pragma unroll
+    for (int r = 0; r < kMoeFusedNextRanges; ++r)
+        l2_hint_share(a.l2_next[r], a.l2_next_bytes[r], b, G, kFusedThreads);
     pdl_wait();  // x comes from the previous kernel
     fused_stamp(a, 1);
 

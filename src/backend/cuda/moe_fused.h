@@ -50,7 +50,7 @@ struct MoeFusedArgs {
     // Optional L2 prefetch hints for the NEXT kernels' weights (e.g. the next layer's first projection):
     // up to kMoeFusedNextRanges device ranges, spread over the CTAs and issued before the PDL wait, so that
     // HBM streams them while this kernel waits on its barriers and the route. Hints only (results never
-    // change); nullptr / 0 bytes: none. The forward sets them with PELICAN_MOE_L2_NEXT=1 (not yet measured).
+    // change); nullptr / 0 bytes: none. The forward sets them with PELICAN_L2_NEXT=1 (not yet measured).
     const void* l2_next[4] = {nullptr, nullptr, nullptr, nullptr};
     size_t l2_next_bytes[4] = {0, 0, 0, 0};
     // Benchmarks only: [grid x kMoeFusedTracePoints] %globaltimer stamps (ns) of each CTA's thread 0 at
