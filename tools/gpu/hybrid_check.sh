@@ -78,7 +78,7 @@ phase_ab() {
   f=${MODEL_DIR:-/tmp/pelican-models}/$MODEL_TAG-$t.gguf
   [ -s "$f" ] || { echo "missing $f (run the models phase)"; return 1; }
   # shellcheck disable=SC2086  # the switch list splits on spaces
-  for sw in ${AB_SWITCHES:-- PELICAN_ATTN_ROW_BLOCKS=0 PELICAN_ATTN_COMBINE2=0 PELICAN_HYBRID_CHUNK=0 PELICAN_MOE_GROUPED=0 PELICAN_MOE_MMA=0 PELICAN_DN_CHUNKED=0 PELICAN_FUSED_ROUTER=0 PELICAN_FUSED_COMBINE=0}; do
+  for sw in ${AB_SWITCHES:-- PELICAN_ATTN_ROW_BLOCKS=0 PELICAN_ATTN_COMBINE2=0 PELICAN_HYBRID_CHUNK=0 PELICAN_MOE_GROUPED=0 PELICAN_MOE_MMA=0 PELICAN_DN_CHUNKED=0 PELICAN_FUSED_ROUTER=0 PELICAN_FUSED_COMBINE=0 PELICAN_FUSED_MOE=0 PELICAN_L2_NEXT=1}; do
     for d in 0 "${AB_DEPTH:-4096}"; do
       echo "== $sw depth $d"
       if [ "$sw" = - ]; then
