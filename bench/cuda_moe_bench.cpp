@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
             t0 = std::min(t0, st[static_cast<size_t>(c * cuda::kMoeFusedTracePoints)]);
         const char* names[cuda::kMoeFusedTracePoints] = {"start",      "pdl wait", "x' staged", "logits",
                                                          "barrier 1",  "routed",   "gate/up",   "barrier 2",
-                                                         "act staged", "end"};
+                                                         "act staged", "end",      "(softmax)"};
         std::printf("fused phases (us from the earliest CTA start; median / max over %d CTAs):\n", sms);
         for (int p = 0; p < cuda::kMoeFusedTracePoints; ++p) {
             std::vector<double> v;

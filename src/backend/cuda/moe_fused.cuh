@@ -254,8 +254,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     {
         __shared__ float s_p[kMoeMaxExperts];
         __shared__ double s_red[kFusedWarps];
-        route_block<kFusedThreads>(a.logits, a.n_expert, a.k, a.renorm, /*shared_slot=*/true, s_ids, s_w, s_p,
-                                   s_red);
+        route_softmax_block<kFusedThreads>(a.logits, a.n_expert, s_p, s_red);
+        fused_stamp(a, 10);
+        route_select_block(a.logits, a.n_expert, a.k, a.renorm, /*shared_slot=*/true, s_ids, s_w, s_p);
     }
     __syncthreads();
     fused_stamp(a, 5);

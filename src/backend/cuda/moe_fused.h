@@ -55,10 +55,10 @@ struct MoeFusedArgs {
     size_t l2_next_bytes[4] = {0, 0, 0, 0};
     // Benchmarks only: [grid x kMoeFusedTracePoints] %globaltimer stamps (ns) of each CTA's thread 0 at
     // the phase boundaries (start, after the PDL wait, x' staged, logits written, barrier 1, routed,
-    // gate/up done, barrier 2, act staged, end); nullptr: none.
+    // gate/up done, barrier 2, act staged, end, then the route's softmax done); nullptr: none.
     uint64_t* trace = nullptr;
 };
-inline constexpr int kMoeFusedTracePoints = 10;
+inline constexpr int kMoeFusedTracePoints = 11;
 inline constexpr int kMoeFusedNextRanges = 4;
 
 // True when moe_fused_decode takes these weights: gate/up and down of one of the supported type

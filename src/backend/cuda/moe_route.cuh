@@ -138,10 +138,9 @@ __device__ __forceinline__ void route_warp(const float* l, int n_expert, int k, 
 // into s_p), then route_select by warp 0. The same max (NaN never wins), exp terms and p rounding; the
 // double sum is ordered differently (~1e-16 relative, as route_warp's is). Called by the whole CTA
 // (barriers inside). s_p: shared [kMoeMaxExperts]; s_red: shared [kThreads / 32] doubles.
+// route_block = route_softmax_block (ends with a barrier: s_p complete) + route_select_block.
 template <int kThreads>
-__device__ __forceinline__ void route_block(const float* l, int n_expert, int k, bool renormalize,
-                                            bool shared_slot, int32_t* ids, float* weights, float* s_p,
-                                            double* s_red) {
+__device__ __forceinline__ void route_softmax_block(const float* l, int n_expert, float* s_p, double* s_red) {
     constexpr int kWarps = kThreads / 32;
     static_assert(kThreads >= kMoeMaxExperts, "one expert per thread");
     const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -172,16 +171,31 @@ __device__ __forceinline__ void route_block(const float* l, int n_expert, int k,
     }
     if (tid < n_expert) s_p[tid] = pv;
     __syncthreads();
-    if (warp == 0) {
-        constexpr int kPerLane = kMoeMaxExperts / 32;
-        float p[kPerLane];
+}
+
+// Warp 0 selects from s_p (route_softmax_block's) and writes ids / weights as route_warp; other warps
+// return at once (no barrier inside).
+__device__ __forceinline__ void route_select_block(const float* l, int n_expert, int k, bool renormalize,
+                                                   bool shared_slot, int32_t* ids, float* weights,
+                                                   const float* s_p) {
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    if (threadIdx.x >= 32) return;
+    constexpr int kPerLane = kMoeMaxExperts / 32;
+    float p[kPerLane];
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int e = lane + 32 * i;
-            p[i] = e < n_expert ? s_p[e] : 0.0f;
-        }
-        route_select<kPerLane>(p, l, n_expert, k, renormalize, shared_slot, ids, weights, lane);
+    for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        p[i] = e < n_expert ? s_p[e] : 0.0f;
     }
+    route_select<kPerLane>(p, l, n_expert, k, renormalize, shared_slot, ids, weights, lane);
+}
+
+template <int kThreads>
+__device__ __forceinline__ void route_block(const float* l, int n_expert, int k, bool renormalize,
+                                            bool shared_slot, int32_t* ids, float* weights, float* s_p,
+                                            double* s_red) {
+    route_softmax_block<kThreads>(l, n_expert, s_p, s_red);
+    route_select_block(l, n_expert, k, renormalize, shared_slot, ids, weights, s_p);
 }
 
 }  // namespace pelican::cuda::detail
