@@ -68,8 +68,8 @@ struct DeltaNetStepArgs {
     float* out = nullptr;
     int64_t out_stride = 0;
     // Optional L2 prefetch hint for a LATER kernel's weights (the layer's out projection): the device
-    // range [l2_next, l2_next + l2_next_bytes), 16-byte aligned, split over the CTAs and issued before
-    // the PDL wait (the one-CTA-per-head kernel only). Never changes a result; nullptr: none.
+    // range [l2_next, l2_next + l2_next_bytes) (shrunk to 16-byte bounds), split over the CTAs and issued
+    // before the PDL wait (the one-CTA-per-head kernel only). Never changes a result; nullptr: none.
     const void* l2_next = nullptr;
     size_t l2_next_bytes = 0;
 };

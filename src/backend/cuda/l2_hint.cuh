@@ -23,19 +23,21 @@ __device__ __forceinline__ void prefetch_l2_bulk(uintptr_t addr, uint32_t bytes)
 #endif
 }
 
-// Share `part` of `parts` (16-byte bounds) of the device range [base, base + bytes) (base 16-byte
-// aligned; a tail below 16 bytes is left out) as bulk hints of at most 16 KiB, spread over the calling
-// CTA's threads (threads: its block size). Every thread of the CTA may call it; no barrier inside.
+// Share `part` of `parts` of the device range [base, base + bytes) (shrunk to 16-byte bounds) as bulk
+// hints of at most 16 KiB, spread over the calling CTA's threads (threads: its block size). Every thread
+// of the CTA may call it; no barrier inside.
 __device__ __forceinline__ void l2_hint_share(const void* base, size_t bytes, int part, int parts,
                                               int threads) {
     constexpr uint64_t kChunk = 16384;
-    const uint64_t n = static_cast<uint64_t>(bytes) & ~uint64_t{15};
-    if (base == nullptr || n == 0 || parts <= 0) return;
+    if (base == nullptr || bytes == 0 || parts <= 0) return;
+    const uintptr_t b0 = reinterpret_cast<uintptr_t>(base);
+    const uintptr_t start = (b0 + 15) & ~uintptr_t{15}, end = (b0 + bytes) & ~uintptr_t{15};
+    if (end <= start) return;
+    const uint64_t n = end - start;
     const uint64_t per = (n / static_cast<uint64_t>(parts) + 15) / 16 * 16;
     const uint64_t lo = per * static_cast<uint64_t>(part), hi = lo + per < n ? lo + per : n;
     for (uint64_t off = lo + threadIdx.x * kChunk; off < hi; off += static_cast<uint64_t>(threads) * kChunk)
-        prefetch_l2_bulk(reinterpret_cast<uintptr_t>(base) + off,
-                         static_cast<uint32_t>(hi - off < kChunk ? hi - off : kChunk));
+        prefetch_l2_bulk(start + off, static_cast<uint32_t>(hi - off < kChunk ? hi - off : kChunk));
 }
 
 }  // namespace pelican::cuda::detail

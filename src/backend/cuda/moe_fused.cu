@@ -176,8 +176,6 @@ void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream) {
     p.trace = a.trace;
     for (int r = 0; r < kMoeFusedNextRanges; ++r) {
         const bool on = a.l2_next[r] != nullptr && a.l2_next_bytes[r] > 0;
-        if (on && (reinterpret_cast<uintptr_t>(a.l2_next[r]) & 15u) != 0)
-            fused_fail("l2_next ranges must be 16-byte aligned");
         p.l2_next[r] = on ? static_cast<const uint8_t*>(a.l2_next[r]) : nullptr;
         p.l2_next_bytes[r] = on ? a.l2_next_bytes[r] : 0;
     }
@@ -187,13 +185,12 @@ void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream) {
     const auto add_ranges = [&](const detail::GemvParams& m, int64_t row0, int64_t rows) {
         for (int k = 0; k < 4 && p.pf_n < detail::kFusedMaxPrefetch; ++k) {
             if (m.stride[k] <= 0) continue;
-            p.pf_lo[p.pf_n] = m.off[k] + static_cast<uint64_t>(row0 * m.stride[k]);
+            p.pf_ptr[p.pf_n] = m.w + m.off[k] + static_cast<size_t>(row0 * m.stride[k]);
             p.pf_len[p.pf_n] = static_cast<uint64_t>(rows * m.stride[k]);
             ++p.pf_n;
         }
     };
     add_ranges(p.gu, a.n_expert * 2 * a.n_ff, 2 * a.n_ff);
-    p.pf_gu = p.pf_n;
     add_ranges(p.dn, a.n_expert * a.n_embd, a.n_embd);
     const int sms = detail::gemv_sm_count();
     const int grid = a.grid > 0 && a.grid < sms ? a.grid : sms;

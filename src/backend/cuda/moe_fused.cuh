@@ -38,10 +38,10 @@ struct MoeFusedParams {
     const uint8_t* l2_next[kMoeFusedNextRanges] = {};
     uint64_t l2_next_bytes[kMoeFusedNextRanges] = {};
     int smem_gu = 0, smem_dn = 0;  // byte offsets of the activation areas (x' as fp32 at 0)
-    // L2 prefetch before the PDL wait of the shared expert's rows (known without the router): byte
-    // ranges [lo, lo + len) of gate/up (first pf_gu) then down planes, split over the CTAs.
-    int pf_n = 0, pf_gu = 0;
-    uint64_t pf_lo[kFusedMaxPrefetch] = {};
+    // L2 prefetch before the PDL wait of the shared expert's rows (known without the router): the device
+    // ranges [pf_ptr, pf_ptr + pf_len) of its gate/up and down planes, split over the CTAs.
+    int pf_n = 0;
+    const uint8_t* pf_ptr[kFusedMaxPrefetch] = {};
     uint64_t pf_len[kFusedMaxPrefetch] = {};
 };
 
@@ -79,20 +79,6 @@ __device__ __forceinline__ void fused_stage4(const GemvParams& p, uint8_t* area,
         const int off = T::kNP == 1 ? 16 * f : (f & 1) * p.plane_bytes + 16 * (f >> 1);
         *reinterpret_cast<float4*>(area + off) = v;
     }
-}
-
-template <class T>
-__device__ __forceinline__ void fused_prefetch(const MoeFusedParams& a, int i0, int i1, const GemvParams& p) {
-    const int i = i0 + static_cast<int>(threadIdx.x);
-    if (i >= i1) return;
-    const uint64_t len = a.pf_len[i], piece = (len / gridDim.x + 15) / 16 * 16;
-    const uint64_t lo = a.pf_lo[i] + piece * blockIdx.x;
-    const uint64_t end = a.pf_lo[i] + len;
-    if (piece == 0 || lo >= end) return;
-    const uint64_t hi = lo + piece < end ? lo + piece : end;
-    const uintptr_t base = reinterpret_cast<uintptr_t>(p.w);
-    const uintptr_t b = (base + lo + 15) & ~uintptr_t{15}, e = (base + hi) & ~uintptr_t{15};
-    if (e > b) prefetch_l2_bulk(b, static_cast<uint32_t>(e - b));
 }
 
 __device__ __forceinline__ void fused_stamp(const MoeFusedParams& a, int point) {
@@ -156,8 +142,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
             }
         }
     }
-    fused_prefetch<TG>(a, 0, a.pf_gu, a.gu);
-    fused_prefetch<TD>(a, a.pf_gu, a.pf_n, a.dn);
+    for (int r = 0; r < a.pf_n; ++r) l2_hint_share(a.pf_ptr[r], a.pf_len[r], b, G, kFusedThreads);
 #pragma unroll
     for (int r = 0; r < kMoeFusedNextRanges; ++r)
         l2_hint_share(a.l2_next[r], a.l2_next_bytes[r], b, G, kFusedThreads);
