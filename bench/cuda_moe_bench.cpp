@@ -106,6 +106,10 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    if ((shape != "35b" && shape != "122b") || (type != "q4_0" && type != "q4_k" && type != "q8_0")) {
+        std::fprintf(stderr, "cuda_moe_bench: --shape must be 35b or 122b, --type q4_0, q4_k or q8_0\n");
+        return 2;
+    }
     const DType t = type == "q4_k" ? DType::Q4_K : type == "q8_0" ? DType::Q8_0 : DType::Q4_0;
     const int64_t n_embd = shape == "122b" ? 3072 : 2048, n_ff = shape == "122b" ? 1024 : 512;
     const int n_expert = 256, k = 8, S = k + 1, E1 = n_expert + 1;

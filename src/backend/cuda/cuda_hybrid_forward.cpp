@@ -13,7 +13,6 @@
 #include "backend/cuda/gpu_upload.h"
 #include "backend/cuda/host_staging.h"
 #include "backend/cuda/moe.h"
-#include "backend/cuda/moe_fused.h"
 #include "core/env.h"
 #include "core/format_bytes.h"
 #include "model/hybrid_hparams.h"
@@ -190,10 +189,12 @@ Status CudaHybridForward::init() {
             return make_error("GPU prompt matmul setup failed: {} ({})", err ? err : "unknown error",
                               gpu_memory_note());
     }
-    for (int il = 0; il < hp_.n_layer; ++il) {  // kernel attributes now, not inside the graph capture
-        const GpuMoe& mo = gm_->hybrid_layer(il).moe;
-        if (mo.experts_gate_up.data && mo.experts_down.data)
-            moe_fused_prepare(mo.experts_gate_up.type, mo.experts_down.type);
+    // The one-kernel decode MoE blocks, decided once (this also sets the kernels' attributes, outside any
+    // graph capture).
+    if (hy.moe) {
+        for (int il = 0; il < hp_.n_layer; ++il)
+            if (fused_moe_check(gm_->hybrid_layer(il))) fused_moe_layers_.push_back(&gm_->hybrid_layer(il));
+        if (has_mtp() && fused_moe_check(gm_->mtp().layer)) fused_moe_layers_.push_back(&gm_->mtp().layer);
     }
     PELICAN_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch_.size(), stream_));  // the attention
     // workspace must start zeroed; the rest so that no kernel ever reads uninitialised memory

@@ -112,8 +112,10 @@ private:
     // expert and the dense MLP; the routed experts in expert-slot GEMVs as in a micro-batch).
     void moe_block(const GpuHybridLayer& L, int n, bool chunk = false, const GpuHybridLayer* next = nullptr);
     bool fused_router_ok(const GpuHybridLayer& L) const;
-    // The whole decode MoE block in one kernel (moe_fused.h): the fused router's conditions, the shared
-    // expert stacked, and moe_fused_use (a supported type pair and shape where it is the faster).
+    // The whole decode MoE block in one kernel (moe_fused.h): fused_moe_check = the fused router's
+    // conditions, the shared expert stacked, and moe_fused_use (a supported type pair and shape where it
+    // is the faster), evaluated once per layer at creation into fused_moe_layers_; fused_moe_ok looks it up.
+    bool fused_moe_check(const GpuHybridLayer& L) const;
     bool fused_moe_ok(const GpuHybridLayer& L) const;
     // next: the layer after L (its first projection's weights are hinted into L2 with PELICAN_L2_NEXT=1).
     void moe_fused_block(const GpuHybridLayer& L, const GpuHybridLayer* next);
@@ -174,7 +176,8 @@ private:
     float* router_ = nullptr;  // [M, n_expert + 1]
     int32_t* ids_ = nullptr;   // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
     float* wts_ = nullptr;     // [M, ko] expert weights
-    unsigned* router_ctr_ = nullptr;         // moe_router_route's arrival counter (zeroed scratch)
+    unsigned* router_ctr_ = nullptr;  // moe_router_route's arrival counter (zeroed scratch)
+    std::vector<const GpuHybridLayer*> fused_moe_layers_;  // layers (and the MTP layer) with fused_moe_check
     unsigned long long* moe_bar_ = nullptr;  // moe_fused_decode's grid barrier count (zeroed scratch)
     unsigned* comb_ctr_ = nullptr;           // [n_embd] the fused combine's arrival counters (zeroed scratch)
     float* eact_ = nullptr;                  // [M * ko, n_ff_expert]

@@ -171,6 +171,10 @@ bool CudaHybridForward::fused_router_ok(const GpuHybridLayer& L) const {
 }
 
 bool CudaHybridForward::fused_moe_ok(const GpuHybridLayer& L) const {
+    return std::find(fused_moe_layers_.begin(), fused_moe_layers_.end(), &L) != fused_moe_layers_.end();
+}
+
+bool CudaHybridForward::fused_moe_check(const GpuHybridLayer& L) const {
     const HybridHParams& hy = *hp_.hybrid;
     return L.moe.shared_in_experts && fused_router_ok(L) &&
            moe_fused_use(L.moe.experts_gate_up, L.moe.experts_down, hp_.n_embd, hy.n_ff_expert, hy.n_expert,

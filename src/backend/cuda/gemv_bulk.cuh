@@ -487,7 +487,7 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
                 }
                 g *= p.scale;
                 v *= p.scale;
-                out = g / (1.0f + expf(-g)) * v;
+                out = silu_mul(g, v);
             }
             if (res) out += res[o];
             y[o] = out;

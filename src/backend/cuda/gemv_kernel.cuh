@@ -84,6 +84,13 @@ __device__ __forceinline__ float4 gemv_x4(const GemvParams& p, const float* x, c
     return p.norm_w != nullptr ? norm_scale4(p, v, load_x4(p.norm_w, f, p.n_in, p.norm_vec), rstd[t]) : v;
 }
 
+// Byte offset of float4 f of one token's fp32 activations (float weights: one plane, or two planes of
+// 4-float halves of each 8-element unit for F16/BF16; the header comment).
+template <int kNP>
+__device__ __forceinline__ int float_x4_offset(const GemvParams& p, int f) {
+    return kNP == 1 ? 16 * f : (f & 1) * p.plane_bytes + 16 * (f >> 1);
+}
+
 // Float weights: fp32 x' into shared memory (planes per the header comment).
 template <int NT, int kNP>
 __device__ void gemv_prologue_float(const GemvParams& p, const float* x, uint8_t* smem) {
@@ -103,8 +110,7 @@ __device__ void gemv_prologue_float(const GemvParams& p, const float* x, uint8_t
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
                 const int f = f0 + k * kGemvThreads;
-                const int off = kNP == 1 ? 16 * f : (f & 1) * p.plane_bytes + 16 * (f >> 1);
-                if (f < nf) *reinterpret_cast<float4*>(xt + off) = v[k];
+                if (f < nf) *reinterpret_cast<float4*>(xt + float_x4_offset<kNP>(p, f)) = v[k];
             }
         }
     }
@@ -142,16 +148,15 @@ __device__ __forceinline__ void quantize4(const GemvParams& p, uint8_t* xt, floa
     }
 }
 
-// Quantized weights: int8 32-blocks (act_quant.h rule) + meta into shared memory. Each block is
-// handled by 8 consecutive lanes (4 elements each).
-// One token whose row fits in 4 float4 per thread (n_in <= 4096): x and the norm weights are
-// loaded once into registers, the sum of squares reduced, then normalised and quantized from the
-// registers (one global round trip instead of two). Same arithmetic as gemv_rstd + gemv_x4.
-template <int kNP>
-__device__ void gemv_prologue_quant_short(const GemvParams& p, const float* x, uint8_t* smem) {
+// One token whose row fits in 4 float4 per thread (n_in <= 16 kGemvThreads): v[k] = x'[4f .. 4f+3]
+// for f = k * kGemvThreads + threadIdx.x (zeros past n_in), x and the norm weights loaded once into
+// registers, the sum of squares reduced over the CTA (a barrier inside: every thread must call it),
+// then normalised in the registers (one global round trip instead of two). Same arithmetic as gemv_rstd
+// + gemv_x4. Also the fused MoE kernel's prologue (moe_fused.cuh).
+__device__ __forceinline__ void gemv_norm_short(const GemvParams& p, const float* x, float4 (&v)[4]) {
     __shared__ float part[kGemvWarps];
     const int nf = p.n_in / 4;
-    float4 v[4], nw[4];
+    float4 nw[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const int f = k * kGemvThreads + static_cast<int>(threadIdx.x);
@@ -174,6 +179,16 @@ __device__ void gemv_prologue_quant_short(const GemvParams& p, const float* x, u
 #pragma unroll
         for (int k = 0; k < 4; ++k) v[k] = norm_scale4(p, v[k], nw[k], r);
     }
+}
+
+// Quantized weights: int8 32-blocks (act_quant.h rule) + meta into shared memory. Each block is
+// handled by 8 consecutive lanes (4 elements each). One short token: gemv_norm_short, then quantized
+// from the registers.
+template <int kNP>
+__device__ void gemv_prologue_quant_short(const GemvParams& p, const float* x, uint8_t* smem) {
+    const int nf = p.n_in / 4;
+    float4 v[4];
+    gemv_norm_short(p, x, v);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const int f = k * kGemvThreads + static_cast<int>(threadIdx.x);
@@ -496,7 +511,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
                                 }
                                 g *= p.scale;
                                 v *= p.scale;
-                                float out = g / (1.0f + expf(-g)) * v;
+                                float out = silu_mul(g, v);
                                 if (residual) out += residual[t * p.y_stride + og];
                                 y[t * p.y_stride + og] = out;
                             }

@@ -115,11 +115,6 @@ bool moe_fused_supported(const GpuMatrix& gate_up, const GpuMatrix& down, int64_
     return prepare_pair(i);
 }
 
-void moe_fused_prepare(DType gate_up, DType down) {
-    const int i = pair_index(gate_up, down);
-    if (i >= 0) prepare_pair(i);
-}
-
 void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream) {
     const int i = pair_index(a.gate_up.type, a.down.type);
     if (i < 0) fused_fail("unsupported weight type pair");
@@ -158,8 +153,6 @@ void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream) {
     detail::gemv_make_params(a.down, d, p.dn);
     p.x = a.x;
     p.n_embd = static_cast<int>(a.n_embd);
-    p.norm_w = a.norm_w;
-    p.eps = a.eps;
     p.rw = a.router_w;
     p.r_stride = a.router_stride;
     p.n_rows = a.n_expert + 1;

@@ -18,10 +18,8 @@ inline constexpr int kFusedRouterF4 = 4;    // float4 per lane per row: n_embd <
 inline constexpr int kFusedMaxPrefetch = 8;
 
 struct MoeFusedParams {
-    float* x = nullptr;
+    float* x = nullptr;  // = gu.x (written at the end); gu also holds the norm weights and epsilon
     int n_embd = 0;
-    const float* norm_w = nullptr;
-    float eps = 0.0f;
     const float* rw = nullptr;  // router rows [n_rows, r_stride floats]
     int64_t r_stride = 0;
     int n_rows = 0;                        // n_expert + 1
@@ -76,8 +74,7 @@ __device__ __forceinline__ void fused_stage4(const GemvParams& p, uint8_t* area,
     if constexpr (T::kQuant) {
         quantize4<T::kNP>(p, area, v, f, active);
     } else if (active) {
-        const int off = T::kNP == 1 ? 16 * f : (f & 1) * p.plane_bytes + 16 * (f >> 1);
-        *reinterpret_cast<float4*>(area + off) = v;
+        *reinterpret_cast<float4*>(area + float_x4_offset<T::kNP>(p, f)) = v;
     }
 }
 
@@ -93,7 +90,6 @@ template <class TG, class TD>
 __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFusedParams a) {
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ float red[kFusedWarps][kFusedRouterRows];
-    __shared__ float part[kFusedWarps];
     __shared__ int32_t s_ids[kFusedMaxSlots];
     __shared__ float s_w[kFusedMaxSlots];
     const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -149,32 +145,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     pdl_wait();  // x comes from the previous kernel
     fused_stamp(a, 1);
 
-    // ---- x' = rms_norm(x) (1 + w): fp32 for the router, staged for the gate/up rows --------------
+    // ---- x' = rms_norm(x) (1 + w) (the GEMV's short prologue on a.gu, which holds x and the norm):
+    // fp32 for the router, staged for the gate/up rows ------------------------------------------------
     {
-        float4 v[4], w[4];
-        const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            const int f = kk * kFusedThreads + tid;
-            v[kk] = f < nf ? __ldcg(reinterpret_cast<const float4*>(a.x) + f) : z;
-            w[kk] = a.norm_w != nullptr && f < nf ? __ldg(reinterpret_cast<const float4*>(a.norm_w) + f) : z;
-        }
-        if (a.norm_w != nullptr) {
-            float ss = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk)
-                ss = fmaf(v[kk].x, v[kk].x,
-                          fmaf(v[kk].y, v[kk].y, fmaf(v[kk].z, v[kk].z, fmaf(v[kk].w, v[kk].w, ss))));
-            ss = warp_sum(ss);
-            if (lane == 0) part[warp] = ss;
-            __syncthreads();
-            float s = 0.0f;
-#pragma unroll
-            for (int q = 0; q < kFusedWarps; ++q) s += part[q];
-            const float r = rstd_of(s, n, a.eps);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) v[kk] = norm_scale4(a.gu, v[kk], w[kk], r);
-        }
+        float4 v[4];
+        gemv_norm_short(a.gu, a.gu.x, v);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
             const int f = kk * kFusedThreads + tid;
@@ -196,7 +171,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
             }
         }
         const float gs = warp_sum(accg), us = warp_sum(accu);
-        if (lane == 0) a.act[a.k * ff + wid] = gs / (1.0f + expf(-gs)) * us;
+        if (lane == 0) a.act[a.k * ff + wid] = silu_mul(gs, us);
     }
 
     // ---- phase A: router logits -------------------------------------------------------------------
@@ -289,7 +264,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
                     const float gs = warp_sum(accg), us = warp_sum(accu);
                     if (lane == 0) {
                         const int q = wid + W * (t / nch);
-                        a.act[q] = gs / (1.0f + expf(-gs)) * us;  // q = slot * ff + j
+                        a.act[q] = silu_mul(gs, us);  // q = slot * ff + j
                     }
                     accg = accu = 0.0f;
                 }

@@ -64,7 +64,8 @@ inline constexpr int kMoeFusedNextRanges = 4;
 // True when moe_fused_decode takes these weights: gate/up and down of one of the supported type
 // pairs (Q4_0/Q4_0, Q8_0/Q8_0, Q4_K/Q4_K, Q4_K/Q6_K, Q6_K/Q6_K, F32/F32), the shapes above, n_embd and
 // n_ff multiples of 32, n_embd <= 8192, 1 <= k < 16, n_expert <= 512, the activations fitting shared
-// memory, a device of sm_70+ where one CTA of the kernel fits an SM.
+// memory, a device of sm_70+ where one CTA of the kernel fits an SM. The first call per device and type
+// pair sets the kernel's attributes: make it outside a graph capture.
 bool moe_fused_supported(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff,
                          int n_expert, int k);
 // Whether the fused kernel is expected to beat the chain for this shape, from measurements
@@ -81,8 +82,6 @@ bool moe_fused_preferred(int64_t n_ff, int k, int64_t gate_up_units, int sms);
 // 1) where supported and preferred.
 bool moe_fused_use(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff,
                    int n_expert, int k);
-// Sets the kernels' attributes for these types on the current device (outside graph capture).
-void moe_fused_prepare(DType gate_up, DType down);
 // Aborts with a message on arguments moe_fused_supported rejects.
 void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream);
 
