@@ -4,10 +4,10 @@
 #
 #   tools/gpu/hybrid_check.sh [PHASE...]     phases: build test sanitize models bench peer table big [ab]
 #
-#   test      the hybrid GPU tests (cuda_deltanet, cuda_moe, cuda_moe_experts, cuda_moe_mma, cuda_hybrid_golden) and the ops
-#             they use (elementwise, attention, rope_store)
-#   sanitize  compute-sanitizer memcheck + racecheck on cuda_deltanet_test, cuda_moe_test and
-#             cuda_moe_experts_test (small mode)
+#   test      the hybrid GPU tests (cuda_deltanet, cuda_moe, cuda_moe_experts, cuda_moe_block, cuda_moe_fused,
+#             cuda_moe_mma, cuda_hybrid_golden) and the ops they use (elementwise, attention, rope_store)
+#   sanitize  compute-sanitizer memcheck + racecheck on cuda_deltanet_test, cuda_moe_test,
+#             cuda_moe_experts_test and cuda_moe_block_test (small mode)
 #   models    Qwen3.5-35B-A3B-shaped GGUFs (tools/configs/qwen3.5-35b-a3b.json) in $TYPES, written by
 #             pelican convert --synthetic qwen3_5_moe (~20 GB each for Q4_0 / Q4_K)
 #   bench/peer/table   check.sh's phases on those files: pelican bench --device cuda and llama-bench
@@ -41,7 +41,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 BIG_TYPE=${BIG_TYPE:-q4_0}
 BIG_TIMEOUT=${BIG_TIMEOUT:-540}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
-HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_moe_experts_test cuda_moe_fused_test cuda_moe_mma_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test cuda_rope_store_test"
+HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_moe_experts_test cuda_moe_block_test cuda_moe_fused_test cuda_moe_mma_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test cuda_rope_store_test"
 
 say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
@@ -59,7 +59,7 @@ phase_test() {
 
 phase_sanitize() {
   local t tool rc=0
-  for t in cuda_deltanet_test cuda_moe_test cuda_moe_experts_test; do
+  for t in cuda_deltanet_test cuda_moe_test cuda_moe_experts_test cuda_moe_block_test; do
     for tool in memcheck racecheck; do
       echo "== $tool $t (PELICAN_CUDA_TEST_SMALL=1)"
       PELICAN_CUDA_TEST_SMALL=1 timeout -k 10 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
