@@ -1,4 +1,5 @@
-// pelican bench -m MODEL [-p 512] [-n 128] [-r 3] [-t THREADS] [-d DEPTH] [--roofline-gbps X | --no-roofline]
+// pelican bench -m MODEL [-p 512] [-n 128] [-r 3] [-t THREADS] [-d DEPTH[,DEPTH...]] [--roofline-gbps X |
+// --no-roofline]
 //   [--device auto|cpu|cuda] [--json]
 // pelican bench --synthetic ARCH --config JSON --vocab VOCAB [--type q4_0] [--weights-seed S] ...
 //   benchmarks a synthetic model (convert/synthetic.h) written into memory, not to disk: for shapes
@@ -7,8 +8,10 @@
 // after one warm-up, with the weight and KV-cache bytes each decoded token reads and the GB/s that
 // makes, and that as a % of the machine's streaming-read bandwidth (measured once, ~0.5 s, with the
 // same threads, unless given or skipped). A markdown table on stdout, or with --json one JSON object
-// (runtime/bench.h). On CUDA the decode steps are graph replays without logits and the roofline is the
-// GPU's measured copy bandwidth.
+// (runtime/bench.h); several depths (-d 0,32768) run one bench each on the model loaded once, one
+// table or JSON line per depth. On CUDA the decode steps are graph replays without logits and the roofline is
+// the GPU's measured copy bandwidth.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -30,6 +33,7 @@ struct BenchArgs {
     std::string model;
     BenchParams params;
     bool json = false;
+    std::string depths = "0";  // -d: one or more decode depths
     std::string device = "auto";
     // --synthetic: a model generated into memory.
     std::string synthetic, config, vocab, type = "q4_0";
@@ -70,9 +74,13 @@ Expected<MemoryModel> synthetic_model(const BenchArgs& a) {
 int run(const BenchArgs& a) {
     FdGuard mem;
     std::string model = a.model;
+    auto depths = parse_depths(a.depths);
+    if (!depths) return report_error(depths.error());
+    BenchParams deepest = a.params;  // checked before the load: the largest depth
+    for (int64_t d : *depths) deepest.depth = std::max(deepest.depth, d);
     if (!a.synthetic.empty()) {
         // Check the cheap parameters before writing gigabytes.
-        Status s = check_bench_params(a.params, 0);
+        Status s = check_bench_params(deepest, 0);
         if (!s.ok()) return report_error(s.error());
         auto m = synthetic_model(a);
         if (!m) return report_error(m.error());
@@ -87,23 +95,31 @@ int run(const BenchArgs& a) {
     if (!std::filesystem::exists(model, ec))
         return report_error(fmt::format("bench: model {} not found", model));
     // Check what can be checked before the (slow) load; the context is checked after it.
-    Status s = check_bench_params(a.params, 0);
+    Status s = check_bench_params(deepest, 0);
     if (!s.ok()) return report_error(s.error());
     auto device = parse_device(a.device);
     if (!device) return report_error(fmt::format("bench: --device: {}", device.error().message));
 
     auto engine = Engine::load(model, EngineOptions{.device = *device});
     if (!engine) return report_error(engine.error());
-    auto result = run_bench(**engine, a.params);
-    if (!result) return report_error(result.error());
-    if (!a.synthetic.empty()) {  // name it by what it is, not by its /proc/self/fd path
-        const std::string shape = a.config.find('{') != std::string::npos
-                                      ? "inline"
-                                      : std::filesystem::path(a.config).stem().string();
-        result->model_path = fmt::format("synthetic {} {} {}", a.synthetic, shape, a.type);
+    // The model's context, before any timed run.
+    if (Status c = check_bench_params(deepest, (*engine)->n_ctx_train()); !c.ok())
+        return report_error(c.error());
+    for (int64_t depth : *depths) {
+        BenchParams p = a.params;
+        p.depth = depth;
+        auto result = run_bench(**engine, p);
+        if (!result) return report_error(result.error());
+        if (!a.synthetic.empty()) {  // name it by what it is, not by its /proc/self/fd path
+            const std::string shape = a.config.find('{') != std::string::npos
+                                          ? "inline"
+                                          : std::filesystem::path(a.config).stem().string();
+            result->model_path = fmt::format("synthetic {} {} {}", a.synthetic, shape, a.type);
+        }
+        const std::string out = a.json ? bench_json(*result) + "\n" : bench_table(*result);
+        std::fputs(out.c_str(), stdout);
+        std::fflush(stdout);
     }
-    const std::string out = a.json ? bench_json(*result) + "\n" : bench_table(*result);
-    std::fputs(out.c_str(), stdout);
     return 0;
 }
 
@@ -118,7 +134,9 @@ void setup(CLI::App& app) {
     sub->add_option("-r,--repetitions", p.reps, "Timed repetitions (after one warm-up)")
         ->capture_default_str();
     sub->add_option("-t,--threads", p.n_threads, "Compute threads (0: all cores)")->capture_default_str();
-    sub->add_option("-d,--depth", p.depth, "Tokens in the cache before decoding starts")
+    sub->add_option("-d,--depth", a->depths,
+                    "Tokens in the cache before decoding starts; a comma-separated list runs one bench per "
+                    "depth on the model loaded once (-d 0,4096,32768)")
         ->capture_default_str();
     sub->add_option("-b,--batch-size", p.n_batch, "Most prompt tokens per forward step")
         ->capture_default_str();

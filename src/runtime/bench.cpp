@@ -2,6 +2,7 @@
 #include "runtime/bench.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <functional>
 #include <cmath>
@@ -230,6 +231,25 @@ Status check_bench_params(const BenchParams& p, int64_t n_ctx_train) {
                 p.depth, p.n_gen, p.depth + p.n_gen, n_ctx_train, n_ctx_train);
     }
     return {};
+}
+
+Expected<std::vector<int64_t>> parse_depths(const std::string& s) {
+    std::vector<int64_t> out;
+    size_t i = 0;
+    while (true) {
+        const size_t j = s.find(',', i);
+        const std::string item = s.substr(i, j == std::string::npos ? std::string::npos : j - i);
+        int64_t v = 0;
+        const char* b = item.data();
+        const auto [end, ec] = std::from_chars(b, b + item.size(), v);
+        if (item.empty() || ec != std::errc() || end != b + item.size() || v < 0)
+            return make_error(
+                "bench: -d: '{}' is not a token count (give depths >= 0, comma-separated: -d 0,4096)", item);
+        out.push_back(v);
+        if (j == std::string::npos) break;
+        i = j + 1;
+    }
+    return out;
 }
 
 RateStats rate_stats(const std::vector<double>& seconds, int64_t n) {

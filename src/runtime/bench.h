@@ -109,6 +109,10 @@ struct BenchResult {
 
 Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p);
 
+// The -d argument: one depth or a comma-separated list ("0,4096,32768": one bench per depth on the
+// same loaded model, as llama-bench's -d). Errors name the bad entry.
+Expected<std::vector<int64_t>> parse_depths(const std::string& s);
+
 // Median, min and max of n / seconds over the runs.
 RateStats rate_stats(const std::vector<double>& seconds, int64_t n);
 

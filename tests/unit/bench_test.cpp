@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -258,6 +259,20 @@ TEST(Bench, BadArgumentsAreErrors) {
     EXPECT_TRUE(run_bench(engine(), p).ok());
 }
 
+TEST(Bench, ParseDepths) {
+    auto one = parse_depths("4096");
+    ASSERT_TRUE(one.ok()) << one.error().message;
+    EXPECT_EQ(*one, std::vector<int64_t>({4096}));
+    auto many = parse_depths("0,4096,32768");
+    ASSERT_TRUE(many.ok()) << many.error().message;
+    EXPECT_EQ(*many, std::vector<int64_t>({0, 4096, 32768}));
+    for (const char* bad : {"", "-1", "1,,2", "4k", "1,", " 1", "99999999999999999999"}) {
+        auto r = parse_depths(bad);
+        ASSERT_FALSE(r.ok()) << "'" << bad << "'";
+        EXPECT_NE(r.error().message.find("is not a token count"), std::string::npos) << r.error().message;
+    }
+}
+
 int run_cli(const std::string& args, std::string* out) {
     std::FILE* f = ::popen((std::string("'") + PELICAN_BINARY + "' bench " + args + " 2>&1").c_str(), "r");
     if (!f) return -1;
@@ -287,6 +302,25 @@ TEST(Bench, Cli) {
     out.clear();
     EXPECT_EQ(run_cli("-m /nonexistent/model.gguf", &out), 1);
     EXPECT_NE(out.find("not found"), std::string::npos) << out;
+    out.clear();
+    // Two depths: one JSON line each, on one load.
+    ASSERT_EQ(run_cli("-m '" + kModel + "' -p 8 -n 4 -r 1 -t 1 -d 0,16 --no-roofline --json", &out), 0)
+        << out;
+    {
+        const size_t nl = out.find('\n');
+        ASSERT_NE(nl, std::string::npos) << out;
+        const auto j0 = nlohmann::json::parse(out.substr(0, nl)),
+                   j1 = nlohmann::json::parse(out.substr(nl + 1));
+        EXPECT_EQ(j0["depth"], 0);
+        EXPECT_EQ(j1["depth"], 16);
+        EXPECT_GT(j1["decode_tok_s"].get<double>(), 0);
+    }
+    out.clear();
+    EXPECT_EQ(run_cli("-m '" + kModel + "' -p 8 -d 0,300 -n 4", &out), 1) << out;  // the context is 256
+    EXPECT_NE(out.find("add up to 256 or less"), std::string::npos) << out;
+    out.clear();
+    EXPECT_EQ(run_cli("-m '" + kModel + "' -d 0,x", &out), 1) << out;
+    EXPECT_NE(out.find("'x' is not a token count"), std::string::npos) << out;
     out.clear();
     EXPECT_EQ(run_cli("-m '" + kModel + "' -n 0", &out), 1);
     EXPECT_NE(out.find("-n (decoded tokens) must be positive"), std::string::npos) << out;

@@ -1,7 +1,9 @@
 // The one-kernel decode MoE block (backend/cuda/moe_fused.h) against the chain of kernels it replaces,
 // on fresh random inputs (PELICAN_TEST_SEED replays a failure). Per type pair and shape:
 //  * the logits against a double host dot of W with x' (the router test's bound), the ids and weights
-//    against ref::moe_route on the kernel's own logits (check_route_result) plus the shared slot;
+//    against ref::moe_route on the kernel's own logits (check_route_result) plus the shared slot, for the
+//    route by logits (the default) and the softmax route; router rows copied to make exact ties (the
+//    lower id must win, also across the route's 32-expert lists);
 //  * act (silu(gate) * up per slot) bit for bit against the expert-slot gate/up GEMV (variant 0: one
 //    row pair per warp, the same sum order) run on the kernel's ids;
 //  * x against expert down GEMV + moe_combine on those ids and weights: |err| <= 1e-5 of the largest
@@ -45,10 +47,14 @@ struct FusedCase {
     DType gu = DType::Q4_0, dn = DType::Q4_0;
     int64_t n_embd = 256, n_ff = 64;
     int n_expert = 16, k = 4;
+    // > 0: router row r >= tie_stride is a copy of row r - tie_stride (equal logits: the lower id must
+    // win every tie, across the route's 32-expert lists too); the ids are then checked exactly.
+    int tie_stride = 0;
     std::string describe() const {
         std::ostringstream s;
         s << dtype_name(gu) << "/" << dtype_name(dn) << " n_embd " << n_embd << " n_ff " << n_ff
           << " experts " << n_expert << " top-" << k;
+        if (tie_stride > 0) s << " tied rows " << tie_stride << " apart";
         return s.str();
     }
 };
@@ -61,7 +67,10 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
     const test::RandomMatrix dn = test::random_matrix(rng, c.dn, ff, E1 * n, true);
     cuda::GpuMatrix g_gu = upload_rows(gu, 0, gu.n_out), g_dn = upload_rows(dn, 0, dn.n_out);
     ASSERT_TRUE(cuda::moe_fused_supported(g_gu, g_dn, n, ff, c.n_expert, c.k));
-    const std::vector<float> rw = test::random_vec(rng, n * E1, 0.05f);
+    std::vector<float> rw = test::random_vec(rng, n * E1, 0.05f);
+    if (c.tie_stride > 0)
+        for (int r = c.tie_stride; r < c.n_expert; ++r)
+            std::copy_n(rw.begin() + (r - c.tie_stride) * n, n, rw.begin() + r * n);
     cuda::HostRows hr{reinterpret_cast<const uint8_t*>(rw.data()), static_cast<size_t>(n) * 4, E1};
     cuda::GpuMatrix g_r;
     const char* err = nullptr;
@@ -125,7 +134,7 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
     }
     EXPECT_EQ(bad, 0);
     check_route_result(std::vector<float>(logits.begin(), logits.begin() + c.n_expert), 1, c.n_expert, c.k,
-                       true, false, std::vector<int32_t>(ids.begin(), ids.begin() + c.k),
+                       true, c.tie_stride > 0, std::vector<int32_t>(ids.begin(), ids.begin() + c.k),
                        std::vector<float>(wts.begin(), wts.begin() + c.k));
     EXPECT_EQ(ids[static_cast<size_t>(c.k)], c.n_expert) << "the shared expert is the last slot";
     {
@@ -207,6 +216,26 @@ void run_fused_case(Rng& rng, const FusedCase& c) {
             << "act " << first;
     }
 
+    // The softmax route (route_by_logits = false): the reference's choice too, the same logits.
+    {
+        SCOPED_TRACE("softmax route");
+        copy_to(dx, x0);
+        cuda::MoeFusedArgs b = a;
+        b.route_by_logits = false;
+        DeviceBuffer own = to_device(std::vector<uint64_t>(1, 0u));
+        b.barrier = reinterpret_cast<unsigned long long*>(own.get());
+        cuda::moe_fused_decode(b, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<int32_t> ids2 = from_device<int32_t>(dids.get(), static_cast<size_t>(S));
+        const std::vector<float> wts2 = from_device<float>(dw.get(), static_cast<size_t>(S));
+        EXPECT_TRUE(same_bits(from_device<float>(dl.get(), static_cast<size_t>(E1)), logits, &first))
+            << "logit " << first;
+        check_route_result(std::vector<float>(logits.begin(), logits.begin() + c.n_expert), 1, c.n_expert,
+                           c.k, true, c.tie_stride > 0,
+                           std::vector<int32_t>(ids2.begin(), ids2.begin() + c.k),
+                           std::vector<float>(wts2.begin(), wts2.begin() + c.k));
+    }
+
     // L2 hints for "next" weights (here the down stack and the router): the same bits.
     {
         copy_to(dx, x0);
@@ -263,7 +292,10 @@ TEST(CudaMoeFused, MatchesChain) {
         {DType::Q6_K, DType::Q6_K, 256, 256, 9, 2},
         {DType::F32, DType::F32, 128, 32, 8, 2},
         {DType::Q4_0, DType::Q4_0, 96, 96, 33, 15},
-        {DType::Q8_0, DType::Q8_0, 2048, 128, 16, 4},  // two chunks per lane: the shared slot in phase B
+        {DType::Q8_0, DType::Q8_0, 2048, 128, 16, 4},     // two chunks per lane: the shared slot in phase B
+        {DType::Q4_0, DType::Q4_0, 256, 64, 16, 4, 1},    // all logits equal: ids 0..k-1
+        {DType::Q4_0, DType::Q4_0, 256, 64, 64, 6, 32},   // ties across the two 32-expert lists
+        {DType::Q4_0, DType::Q4_0, 128, 64, 200, 15, 0},  // 7 lists, the last partial; k = 15
     };
     if (!test::cuda_test_small()) {  // the Qwen3.5-35B-A3B and 122B-A10B expert shapes
         cases.push_back({DType::Q4_0, DType::Q4_0, 2048, 512, 256, 8});

@@ -18,8 +18,8 @@
 #   ab        A/B of the PELICAN_* switches of the hybrid pass (AB_SWITCHES, AB_DEPTH) on the first type's file
 #   big       Qwen3.5-122B-A10B shape (~70 GB in Q4_0: more than the disk) generated into memory:
 #             pelican bench --device cuda --synthetic qwen3_5_moe --config tools/configs/qwen3.5-122b-a10b.json
-#             -p $PP -n 128, then for each of $BIG_DEPTHS (default none; e.g. 32768) -p 512 -n 128 -d DEPTH
-#             (each run writes the model into memory again: ~130 s)
+#             -p $PP -n 128 -d 0,$BIG_DEPTHS (BIG_DEPTHS default none; e.g. 32768): the model written into
+#             memory once (~130 s), one bench per depth
 #
 # Environment: as check.sh, with defaults TYPES="q4_0 q4_k" DEPTHS="32768" PP=4096 REPS=2,
 #   VOCAB=third_party/vocab/qwen3-tokenizer.json.xz (the Qwen3 tokenizer.json; vocab_size 248320 pads it),
@@ -41,7 +41,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 BIG_TYPE=${BIG_TYPE:-q4_0}
 BIG_TIMEOUT=${BIG_TIMEOUT:-540}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
-HYBRID_TESTS="cuda_deltanet_test cuda_moe_test cuda_moe_experts_test cuda_moe_block_test cuda_moe_fused_test cuda_moe_mma_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test cuda_rope_store_test"
+HYBRID_TESTS="cuda_deltanet_test cuda_deltanet_fold_test cuda_moe_test cuda_moe_experts_test cuda_moe_block_test cuda_moe_fused_test cuda_moe_mma_test cuda_hybrid_golden_test cuda_elementwise_test cuda_attention_test cuda_rope_store_test"
 
 say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
@@ -103,17 +103,12 @@ with lzma.open(sys.argv[1]) as i, open(sys.argv[2], "wb") as o: shutil.copyfileo
       vocab=$dst ;;
   esac
   free -g
-  local d rc=0
+  local d depths=0
+  for d in ${BIG_DEPTHS:-}; do depths=$depths,$d; done
+  # One generation of the model, one bench per depth (one JSON line each).
   timeout -k 10 "$BIG_TIMEOUT" "$BUILD_DIR/bin/pelican" bench --device cuda --synthetic qwen3_5_moe \
-    --config tools/configs/qwen3.5-122b-a10b.json --vocab "$vocab" --type "$BIG_TYPE" -p "$PP" -n 128 -r 1 --json ||
-    rc=1
-  for d in ${BIG_DEPTHS:-}; do
-    echo
-    timeout -k 10 "$BIG_TIMEOUT" "$BUILD_DIR/bin/pelican" bench --device cuda --synthetic qwen3_5_moe \
-      --config tools/configs/qwen3.5-122b-a10b.json --vocab "$vocab" --type "$BIG_TYPE" -p 512 -n 128 -r 1 \
-      -d "$d" --json || rc=1
-  done
-  return "$rc"
+    --config tools/configs/qwen3.5-122b-a10b.json --vocab "$vocab" --type "$BIG_TYPE" -p "$PP" -n 128 -r 1 \
+    -d "$depths" --json
 }
 
 # The decode MoE block alone: cuda_moe_bench (fused kernel against the three-kernel chain) on the 35B and

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/deltanet.h"
 #include "backend/cuda/deltanet_impl.cuh"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/l2_hint.cuh"
 #include "backend/cuda/pdl.cuh"
 
@@ -26,8 +27,10 @@ namespace {
 // and the thread of run 0 writes the new state of its channel after reading all of the old one:
 // no other thread touches that column of the state.
 
-constexpr int kConvThreads = 128;  // channels per CTA
-constexpr int kConvTokens = 16;    // tokens per thread
+constexpr int kConvThreads = 128;   // channels per CTA
+constexpr int kConvFoldK = 4;       // the conv width deltanet_step can fold in (Qwen3.5, Qwen3-Next)
+constexpr int kMaxClusterCtas = 8;  // portable cluster size: value heads per key head for the fold
+constexpr int kConvTokens = 16;     // tokens per thread
 
 template <int K>  // conv kernel width, 2..8
 __global__ void __launch_bounds__(kConvThreads)
@@ -110,7 +113,37 @@ __device__ __forceinline__ float seg_sum(float v) {
 
 using dn::warp_sum;
 
-template <int D>
+// The folded conv (K > 0) of one channel: hist = its last K - 1 inputs (oldest first), w its K
+// weights; returns silu(sum_j w_j xx_j) over xx = [hist, x] in conv1d_silu_kernel's order and rounding,
+// and moves the window on (hist <- [hist[1..], x]).
+template <int K>
+__device__ __forceinline__ float conv_fold_apply(const float (&w)[K], float (&hist)[K - 1], float x) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) acc = fmaf(w[j], hist[j], acc);
+    acc = fmaf(w[K - 1], x, acc);
+#pragma unroll
+    for (int j = 0; j < K - 2; ++j) hist[j] = hist[j + 1];
+    hist[K - 2] = x;
+    return acc / (1.0f + expf(-acc));
+}
+
+// Cluster barrier halves (sm_90; every thread of every CTA of the cluster calls both, in order).
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// K: the folded conv's width (0: conv_out already holds the conv's output). With K > 0 the CTAs of
+// one key head's value heads are consecutive (a cluster of n_v_heads / n_k_heads when that exceeds 1):
+// CTA b serves key head b / ratio, value head rank b % ratio of it.
+template <int D, int K>
 __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(const DeltaNetStepArgs p) {
     constexpr int G = StepCfg<D>::kGroups, RPT = StepCfg<D>::kRows, SEG = StepCfg<D>::kSeg;
     constexpr int QKS = D / SEG;  // sum-of-squares segments per vector (q: [0, QKS), k: [QKS, 2 QKS))
@@ -125,10 +158,17 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
     const int j = tid % D;    // state column = value dim = output element
     const int grp = tid / D;  // row group (>= G: an extra thread of a small head, no state)
     const bool owns = tid < StepCfg<D>::kOwners;
-    const int h = static_cast<int>(blockIdx.x);
-    const int kh = p.v_tiled ? h % p.n_k_heads : h / (p.n_v_heads / p.n_k_heads);
+    const int ratio = p.n_v_heads / p.n_k_heads;
+    const int rank = K > 0 ? static_cast<int>(blockIdx.x) % ratio : 0;  // in the key head's cluster
+    const int h = K > 0 ? (p.v_tiled ? static_cast<int>(blockIdx.x) / ratio + rank * p.n_k_heads
+                                     : static_cast<int>(blockIdx.x))
+                        : static_cast<int>(blockIdx.x);
+    const int kh = p.v_tiled ? h % p.n_k_heads : h / ratio;
     const int64_t key_dim = int64_t{p.n_k_heads} * D, value_dim = int64_t{p.n_v_heads} * D;
-    const int64_t conv_stride = p.conv_stride ? p.conv_stride : 2 * key_dim + value_dim;
+    const int64_t conv_dim = 2 * key_dim + value_dim;
+    const float* in_rows = K > 0 ? p.conv_in : p.conv_out;  // [n_tok rows] of Q|K|V (before / after the conv)
+    const int64_t conv_stride =
+        K > 0 ? (p.conv_in_stride ? p.conv_in_stride : conv_dim) : (p.conv_stride ? p.conv_stride : conv_dim);
     const int64_t a_stride = p.a_stride ? p.a_stride : p.n_v_heads;
     const int64_t b_stride = p.b_stride ? p.b_stride : p.n_v_heads;
     const int64_t z_stride = p.z_stride ? p.z_stride : value_dim;
@@ -152,14 +192,31 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
     float S[RPT];                                                              // S[i] = S[h][RPT grp + i][j]
 #pragma unroll
     for (int i = 0; i < RPT; ++i) S[i] = owns ? __ldcg(s_col + int64_t{i} * D) : 0.0f;
+    // The folded conv: this thread's channels' weights and last K - 1 inputs (the conv state, written
+    // by this layer's previous step at least two launches back: read before the wait, like S).
+    constexpr int KW = K > 0 ? K : 2;
+    float cw_qk[KW], cw_v[KW], hist_qk[KW - 1], hist_v[KW - 1];
+    if constexpr (K > 0) {
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            cw_qk[i] = has_qk ? __ldg(p.conv_w + qk_col * K + i) : 0.0f;
+            cw_v[i] = owns ? __ldg(p.conv_w + v_col * K + i) : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < K - 1; ++r) {
+            hist_qk[r] = has_qk ? __ldcg(p.conv_state + r * conv_dim + qk_col) : 0.0f;
+            hist_v[r] = owns ? __ldcg(p.conv_state + r * conv_dim + v_col) : 0.0f;
+        }
+        if (ratio > 1) cluster_arrive_release();  // this CTA has read the key head's old Q/K state
+    }
     detail::l2_hint_share(p.l2_next, p.l2_next_bytes, h, static_cast<int>(gridDim.x), StepCfg<D>::kThreads);
-    pdl_wait();  // conv_out, a, b, z come from the kernels just before; out is read by later ones
+    pdl_wait();  // conv_out / conv_in, a, b, z come from the kernels just before; out is read by later ones
     pdl_trigger();
 
     // This thread's inputs of token t, loaded one token ahead of their use.
     float n_qk = 0.0f, n_v = 0.0f, n_z = 0.0f, n_a = 0.0f, n_b = 0.0f;
     const auto load = [&](int t) {
-        const float* row = p.conv_out + t * conv_stride;
+        const float* row = in_rows + t * conv_stride;
         n_qk = has_qk ? row[qk_col] : 0.0f;
         n_v = owns ? row[v_col] : 0.0f;
         n_z = grp == 0 ? p.z[t * z_stride + hj] : 0.0f;
@@ -169,8 +226,13 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
     load(0);
 
     for (int t = 0; t < p.n_tok; ++t) {
-        const float x_qk = n_qk, x_v = n_v, x_z = n_z, x_a = n_a, x_b = n_b;
+        float x_qk = n_qk, x_v = n_v;
+        const float x_z = n_z, x_a = n_a, x_b = n_b;
         if (t + 1 < p.n_tok) load(t + 1);
+        if constexpr (K > 0) {
+            x_qk = conv_fold_apply<K>(cw_qk, hist_qk, x_qk);
+            x_v = conv_fold_apply<K>(cw_v, hist_v, x_v);
+        }
 
         // Gates (every thread computes the same two scalars): softplus as the reference
         // (x itself above 20), decay = exp(g) in (0, 1].
@@ -235,6 +297,17 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
 #pragma unroll
         for (int i = 0; i < RPT; ++i) s_col[int64_t{i} * D] = S[i];
     }
+    if constexpr (K > 0) {  // the new conv state: Q/K channels by rank 0 once all ranks have read them
+        if (ratio > 1) cluster_wait_acquire();
+        if (has_qk && rank == 0) {
+#pragma unroll
+            for (int r = 0; r < K - 1; ++r) p.conv_state[r * conv_dim + qk_col] = hist_qk[r];
+        }
+        if (owns && grp == 0) {
+#pragma unroll
+            for (int r = 0; r < K - 1; ++r) p.conv_state[r * conv_dim + v_col] = hist_v[r];
+        }
+    }
 }
 
 [[noreturn]] void bad_args(const char* op, const char* what) {
@@ -292,7 +365,8 @@ void dn::check_step_args(const DeltaNetStepArgs& a, const char* op) {
                      op, a.d_k, a.d_v);
         std::abort();
     }
-    if (!a.conv_out || !a.a || !a.b || !a.z || !a.a_log || !a.dt_bias || !a.norm_w || !a.state || !a.out)
+    if ((!a.conv_out && !a.conv_in) || !a.a || !a.b || !a.z || !a.a_log || !a.dt_bias || !a.norm_w ||
+        !a.state || !a.out)
         bad_args(op, "null pointer");
     const int64_t key_dim = int64_t{a.n_k_heads} * a.d_k, value_dim = int64_t{a.n_v_heads} * a.d_v;
     if ((a.conv_stride && a.conv_stride < 2 * key_dim + value_dim) ||
@@ -301,20 +375,72 @@ void dn::check_step_args(const DeltaNetStepArgs& a, const char* op) {
         bad_args(op, "a row stride is shorter than its row");
 }
 
+bool deltanet_conv_fold_supported(int conv_kernel, int n_k_heads, int n_v_heads, int d) {
+    if (conv_kernel != kConvFoldK || n_k_heads <= 0 || n_v_heads % n_k_heads != 0) return false;
+    if (d != 16 && d != 32 && d != 64 && d != 128) return false;
+    const int ratio = n_v_heads / n_k_heads;
+    return ratio == 1 || (ratio <= kMaxClusterCtas && current_device_cc_major() >= 9);
+}
+
+// The folded-conv kernel: one cluster of `ratio` CTAs per key head (when ratio > 1), with PDL.
+template <int D>
+void launch_step_conv(const DeltaNetStepArgs& a, cudaStream_t stream) {
+    const int ratio = a.n_v_heads / a.n_k_heads;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(a.n_v_heads));
+    cfg.blockDim = dim3(StepCfg<D>::kThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    int n = 0;
+    if (ratio > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = static_cast<unsigned>(ratio);
+        attr[n].val.clusterDim.y = 1;
+        attr[n].val.clusterDim.z = 1;
+        ++n;
+    }
+    if (pdl_enabled()) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n].val.programmaticStreamSerializationAllowed = 1;
+        ++n;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = static_cast<unsigned>(n);
+    PELICAN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, deltanet_step_kernel<D, kConvFoldK>, a));
+}
+
 void deltanet_step(const DeltaNetStepArgs& a, cudaStream_t stream) {
     if (a.n_tok <= 0) return;
     dn::check_step_args(a, "deltanet_step");
+    if (a.conv_in != nullptr) {
+        if (!a.conv_w || !a.conv_state) bad_args("deltanet_step", "conv_in without conv_w / conv_state");
+        if (!deltanet_conv_fold_supported(a.conv_kernel, a.n_k_heads, a.n_v_heads, a.d_k))
+            bad_args("deltanet_step", "the folded conv is not supported for these shapes (deltanet.h)");
+        const int64_t conv_dim = 2 * int64_t{a.n_k_heads} * a.d_k + int64_t{a.n_v_heads} * a.d_v;
+        if (a.conv_in_stride && a.conv_in_stride < conv_dim)
+            bad_args("deltanet_step", "conv_in_stride < conv_dim");
+        switch (a.d_k) {
+            case 16:
+                return launch_step_conv<16>(a, stream);
+            case 32:
+                return launch_step_conv<32>(a, stream);
+            case 64:
+                return launch_step_conv<64>(a, stream);
+            default:
+                return launch_step_conv<128>(a, stream);
+        }
+    }
     if (deltanet_step_split(a, stream)) return;
     const dim3 grid(static_cast<unsigned>(a.n_v_heads));
     switch (a.d_k) {
         case 16:
-            return launch_pdl(deltanet_step_kernel<16>, grid, dim3(StepCfg<16>::kThreads), 0, stream, a);
+            return launch_pdl(deltanet_step_kernel<16, 0>, grid, dim3(StepCfg<16>::kThreads), 0, stream, a);
         case 32:
-            return launch_pdl(deltanet_step_kernel<32>, grid, dim3(StepCfg<32>::kThreads), 0, stream, a);
+            return launch_pdl(deltanet_step_kernel<32, 0>, grid, dim3(StepCfg<32>::kThreads), 0, stream, a);
         case 64:
-            return launch_pdl(deltanet_step_kernel<64>, grid, dim3(StepCfg<64>::kThreads), 0, stream, a);
+            return launch_pdl(deltanet_step_kernel<64, 0>, grid, dim3(StepCfg<64>::kThreads), 0, stream, a);
         default:
-            return launch_pdl(deltanet_step_kernel<128>, grid, dim3(StepCfg<128>::kThreads), 0, stream, a);
+            return launch_pdl(deltanet_step_kernel<128, 0>, grid, dim3(StepCfg<128>::kThreads), 0, stream, a);
     }
 }
 

@@ -67,6 +67,19 @@ struct DeltaNetStepArgs {
     // Must not overlap any input or the state.
     float* out = nullptr;
     int64_t out_stride = 0;
+    // Optional (decode): the causal conv + SiLU folded in. With conv_in set, conv_out is not read: the
+    // kernel reads conv_in [n_tok rows, conv_in_stride floats apart; columns Q|K|V] (conv1d_silu's x)
+    // and applies the conv itself with conv_w [conv_dim, conv_kernel] and conv_state [conv_kernel - 1,
+    // conv_dim] (read before the PDL wait, updated in place at the end), bit for bit as conv1d_silu
+    // then deltanet_step. Only where deltanet_conv_fold_supported() (otherwise deltanet_step aborts): the
+    // value heads of one key head run as one cluster, so that the key head's Q/K channels' state is
+    // written once, after every one of them has read it. The conv state must not be written by the
+    // kernel launched just before (as `state`).
+    const float* conv_in = nullptr;
+    int64_t conv_in_stride = 0;  // 0 = conv_dim
+    const float* conv_w = nullptr;
+    float* conv_state = nullptr;
+    int conv_kernel = 0;
     // Optional L2 prefetch hint for a LATER kernel's weights (the layer's out projection): the device
     // range [l2_next, l2_next + l2_next_bytes) (shrunk to 16-byte bounds), split over the CTAs and issued
     // before the PDL wait (the one-CTA-per-head kernel only). Never changes a result; nullptr: none.
@@ -74,6 +87,9 @@ struct DeltaNetStepArgs {
     size_t l2_next_bytes = 0;
 };
 void deltanet_step(const DeltaNetStepArgs& args, cudaStream_t stream);
+// Whether deltanet_step can fold the conv in for these shapes: conv kernel 4, d_k = d_v in {16, 32, 64,
+// 128}, and n_v_heads / n_k_heads == 1 or, on sm_90+ (clusters), <= 8.
+bool deltanet_conv_fold_supported(int conv_kernel, int n_k_heads, int n_v_heads, int d);
 // deltanet_step's kernel for d_k = d_v = 128 on sm_90: four CTAs (a cluster) per value head instead
 // of one, bit-identical (deltanet_split.cu); false (nothing launched) where it does not apply or
 // unless PELICAN_DN_SPLIT=1 (off by default: no decode gain measured). deltanet_step calls it first.

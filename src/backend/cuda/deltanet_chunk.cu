@@ -401,6 +401,11 @@ size_t deltanet_chunk_scratch_bytes(int64_t n_tok, int64_t n_v_heads, int64_t d)
 void deltanet_chunked(const DeltaNetStepArgs& a, void* scratch, cudaStream_t stream) {
     if (a.n_tok <= 0) return;
     dn::check_step_args(a, "deltanet_chunked");
+    if (a.conv_in != nullptr || a.conv_out == nullptr) {
+        std::fprintf(stderr,
+                     "pelican: cuda::deltanet_chunked: needs conv_out (the folded conv is decode-only)\n");
+        std::abort();
+    }
     if (!scratch) {
         std::fprintf(stderr, "pelican: cuda::deltanet_chunked: null scratch\n");
         std::abort();

@@ -168,7 +168,7 @@ bool split_enabled() {
 void deltanet_set_split(int mode) { g_split_mode.store(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
 
 bool deltanet_step_split(const DeltaNetStepArgs& a, cudaStream_t stream) {
-    if (!split_enabled() || a.d_k != kD || a.d_v != kD || a.n_tok <= 0) return false;
+    if (!split_enabled() || a.d_k != kD || a.d_v != kD || a.n_tok <= 0 || a.conv_in != nullptr) return false;
     if (int64_t{a.n_v_heads} * kNB > 0x7fffffff || current_device_cc_major() < 9 /* clusters */) return false;
     launch_pdl(deltanet_split_kernel, dim3(static_cast<unsigned>(a.n_v_heads * kNB)), dim3(kThreads), 0,
                stream, a);

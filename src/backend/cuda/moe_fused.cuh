@@ -25,7 +25,8 @@ struct MoeFusedParams {
     int n_rows = 0;                        // n_expert + 1
     int n_expert = 0, k = 0, n_slots = 0;  // n_slots = k + 1 (the shared expert last)
     bool renorm = true;
-    GemvParams gu, dn;  // the layouts (gemv_make_params); gu.norm_one_plus is the norm's rule
+    bool fast_route = true;  // route_topk_renorm_block where renorm (PELICAN_FUSED_ROUTE=0: route_block)
+    GemvParams gu, dn;       // the layouts (gemv_make_params); gu.norm_one_plus is the norm's rule
     int n_ff = 0;
     float* logits = nullptr;
     int32_t* ids = nullptr;
@@ -212,11 +213,26 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
 
     // ---- phase B: route (every CTA), gate/up rows of the chosen experts -----------------------------
     {
-        __shared__ float s_p[kMoeMaxExperts];
+        // The top-k by logits (route_topk_renorm_block) where the weights are renormalised, else the
+        // softmax over the CTA then the selection by one warp (route_block); a.fast_route = false
+        // (PELICAN_FUSED_ROUTE=0) forces the latter.
+        __shared__ __align__(16) float s_p[kMoeMaxExperts];  // also the fast route's lists (16 per warp)
         __shared__ double s_red[kFusedWarps];
-        route_softmax_block<kFusedThreads>(a.logits, a.n_expert, s_p, s_red);
-        fused_stamp(a, 10);
-        route_select_block(a.logits, a.n_expert, a.k, a.renorm, /*shared_slot=*/true, s_ids, s_w, s_p);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        if (a.renorm && a.fast_route) {  // uniform over the grid
+            static_assert(kMoeMaxExperts >= 2 * kFusedWarps * 16, "the lists fit s_p");
+            uint32_t* s_key = reinterpret_cast<uint32_t*>(s_p);
+            int32_t* s_id = reinterpret_cast<int32_t*>(s_p + kFusedWarps * 16);
+            route_topk_renorm_block<kFusedThreads>(a.logits, a.n_expert, a.k, /*shared_slot=*/true, s_ids,
+                                                   s_w, s_key, s_id);
+            fused_stamp(a, 10);
+        } else
+#endif
+        {
+            route_softmax_block<kFusedThreads>(a.logits, a.n_expert, s_p, s_red);
+            fused_stamp(a, 10);
+            route_select_block(a.logits, a.n_expert, a.k, a.renorm, /*shared_slot=*/true, s_ids, s_w, s_p);
+        }
     }
     __syncthreads();
     fused_stamp(a, 5);
@@ -226,80 +242,100 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     }
     const int S = a.n_slots;
     {
+        // Row pairs q = wid + W i (q = slot * n_ff + j: slot-major, the shared slot last), each as
+        // nch chunks of 32 lane units in order (the GEMV's sum order). Items (pair, chunk) are walked by
+        // two cursors without divisions per item: the loads run one set of kI items ahead of the math.
         const GemvParams& p = a.gu;
         const int nu = p.n_units, nch = (nu + 31) / 32;
-        const int pairs = (sh_early ? S - 1 : S) * ff;  // slot-major: the shared slot is the last
-        const int my_pairs = wid < pairs ? (pairs - 1 - wid) / W + 1 : 0;
-        const int items = my_pairs * nch;
+        const int pairs = (sh_early ? S - 1 : S) * ff;
+        const auto gate_row = [&](int q) {  // one division per pair
+            const int slot = q / ff;
+            return static_cast<int64_t>(s_ids[slot]) * p.expert_rows + (q - slot * ff);
+        };
         // Pairs x chunks per set (two sets in flight): ~40 registers of raw weights per set.
         constexpr int kIw = static_cast<int>(80 / sizeof(typename TG::W));
         constexpr int kI = kIw < 1 ? 1 : kIw > 4 ? 4 : kIw;
-        const int sets = (items + kI - 1) / kI;
         typename TG::W ga[kI], ua[kI], gb[kI], ub[kI];
-        auto load = [&](typename TG::W(&g)[kI], typename TG::W(&u)[kI], int set) {
+        int lq = wid, lc = 0;  // load cursor: pair, chunk
+        int64_t lrow = wid < pairs ? gate_row(wid) : 0;
+        auto load = [&](typename TG::W(&g)[kI], typename TG::W(&u)[kI]) {
 #pragma unroll
             for (int i = 0; i < kI; ++i) {
-                const int t = set * kI + i, q = wid + W * (t / nch), unit = (t % nch) * 32 + lane;
-                if (t < items && unit < nu) {
-                    const int slot = q / ff, j = q % ff;
-                    const int64_t row = static_cast<int64_t>(s_ids[slot]) * p.expert_rows + j;
-                    TG::load(g[i], p, row, unit);
-                    TG::load(u[i], p, row + ff, unit);
+                if (lq >= pairs) break;  // uniform over the warp
+                const int unit = lc * 32 + lane;
+                if (unit < nu) {
+                    TG::load(g[i], p, lrow, unit);
+                    TG::load(u[i], p, lrow + ff, unit);
+                }
+                if (++lc == nch) {
+                    lc = 0;
+                    lq += W;
+                    if (lq < pairs) lrow = gate_row(lq);
                 }
             }
         };
+        int cq = wid, cc = 0;  // math cursor
         float accg = 0.0f, accu = 0.0f;
-        auto compute = [&](const typename TG::W(&g)[kI], const typename TG::W(&u)[kI], int set) {
+        auto compute = [&](const typename TG::W(&g)[kI], const typename TG::W(&u)[kI]) {
 #pragma unroll
             for (int i = 0; i < kI; ++i) {
-                const int t = set * kI + i;
-                if (t >= items) break;  // uniform over the warp
-                const int c = t % nch, unit = c * 32 + lane;
+                if (cq >= pairs) break;  // uniform over the warp
+                const int unit = cc * 32 + lane;
                 if (unit < nu) {
                     const typename TG::X xv = TG::load_x(x_gu, p, unit);
                     accg = TG::dot(TG::unpack(g[i], unit), xv, accg);
                     accu = TG::dot(TG::unpack(u[i], unit), xv, accu);
                 }
-                if (c == nch - 1) {  // the pair is complete
+                if (++cc == nch) {  // the pair is complete
                     const float gs = warp_sum(accg), us = warp_sum(accu);
-                    if (lane == 0) {
-                        const int q = wid + W * (t / nch);
-                        a.act[q] = silu_mul(gs, us);  // q = slot * ff + j
-                    }
+                    if (lane == 0) a.act[cq] = silu_mul(gs, us);
                     accg = accu = 0.0f;
+                    cc = 0;
+                    cq += W;
                 }
             }
         };
-        if (sets > 0) load(ga, ua, 0);
-        for (int s = 0; s < sets; s += 2) {
-            if (s + 1 < sets) load(gb, ub, s + 1);
-            compute(ga, ua, s);
-            if (s + 2 < sets) load(ga, ua, s + 2);
-            if (s + 1 < sets) compute(gb, ub, s + 1);
+        load(ga, ua);
+        while (cq < pairs) {  // uniform over the warp; a load or compute past the end does nothing
+            load(gb, ub);
+            compute(ga, ua);
+            load(ga, ua);
+            compute(gb, ub);
         }
     }
 
     // ---- phase C: down rows, each output summed over the slots by one warp ---------------------------
+    // Output o = wid + W i takes cpo chunks of 32 of its S * nu (slot, unit) pairs, in order; a lane's
+    // (slot, unit) moves by 32 units per chunk (step_s slots + step_u units), reset per output.
     const GemvParams& p = a.dn;
     const int nu = p.n_units, per_out = S * nu, cpo = (per_out + 31) / 32;
-    const int my_outs = wid < n ? (n - 1 - wid) / W + 1 : 0;
-    const int items = my_outs * cpo;
+    const int slot0 = lane / nu, unit0 = lane - slot0 * nu, step_s = 32 / nu, step_u = 32 - step_s * nu;
     // Units per lane per set: ~40 registers of raw weights (the first set stays live across barrier 2).
     constexpr int kDw = static_cast<int>(160 / sizeof(typename TD::W));
     constexpr int kD = kDw < 1 ? 1 : kDw > 8 ? 8 : kDw;
-    const int sets = (items + kD - 1) / kD;
     typename TD::W da[kD], db[kD];
-    auto load = [&](typename TD::W(&w)[kD], int set) {
+    int lo = wid, lc = 0, lslot = slot0, lunit = unit0;  // load cursor
+    auto load = [&](typename TD::W(&w)[kD]) {
 #pragma unroll
         for (int i = 0; i < kD; ++i) {
-            const int t = set * kD + i, idx = (t % cpo) * 32 + lane;
-            if (t < items && idx < per_out) {
-                const int o = wid + W * (t / cpo), slot = idx / nu, unit = idx - slot * nu;
-                TD::load(w[i], p, static_cast<int64_t>(s_ids[slot]) * p.expert_rows + o, unit);
+            if (lo >= n) break;  // uniform over the warp
+            if (lslot < S) TD::load(w[i], p, static_cast<int64_t>(s_ids[lslot]) * p.expert_rows + lo, lunit);
+            if (++lc == cpo) {
+                lc = 0;
+                lo += W;
+                lslot = slot0;
+                lunit = unit0;
+            } else {
+                lslot += step_s;
+                lunit += step_u;
+                if (lunit >= nu) {
+                    lunit -= nu;
+                    ++lslot;
+                }
             }
         }
     };
-    if (sets > 0) load(da, 0);  // the ids are known: before the barrier
+    load(da);  // the ids are known: before the barrier
     fused_stamp(a, 6);
     fused_grid_sync(a.bar);  // every slot's act is written
     fused_stamp(a, 7);
@@ -328,33 +364,39 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     __syncthreads();
     fused_stamp(a, 8);
 
+    int co = wid, cc = 0, cslot = slot0, cunit = unit0;  // math cursor
     float acc = 0.0f;
-    auto compute = [&](const typename TD::W(&w)[kD], int set) {
+    auto compute = [&](const typename TD::W(&w)[kD]) {
 #pragma unroll
         for (int i = 0; i < kD; ++i) {
-            const int t = set * kD + i;
-            if (t >= items) break;  // uniform over the warp
-            const int c = t % cpo, idx = c * 32 + lane;
-            if (idx < per_out) {
-                const int slot = idx / nu, unit = idx - slot * nu;
-                const typename TD::X xv = TD::load_x(x_dn + slot * p.tok_bytes, p, unit);
-                acc = fmaf(s_w[slot], TD::dot(TD::unpack(w[i], unit), xv, 0.0f), acc);
+            if (co >= n) break;  // uniform over the warp
+            if (cslot < S) {
+                const typename TD::X xv = TD::load_x(x_dn + cslot * p.tok_bytes, p, cunit);
+                acc = fmaf(s_w[cslot], TD::dot(TD::unpack(w[i], cunit), xv, 0.0f), acc);
             }
-            if (c == cpo - 1) {  // the output is complete
+            if (++cc == cpo) {  // the output is complete
                 const float sum = warp_sum(acc);
-                if (lane == 0) {
-                    const int o = wid + W * (t / cpo);
-                    a.x[o] = __ldcg(a.x + o) + sum;
-                }
+                if (lane == 0) a.x[co] = __ldcg(a.x + co) + sum;
                 acc = 0.0f;
+                cc = 0;
+                co += W;
+                cslot = slot0;
+                cunit = unit0;
+            } else {
+                cslot += step_s;
+                cunit += step_u;
+                if (cunit >= nu) {
+                    cunit -= nu;
+                    ++cslot;
+                }
             }
         }
     };
-    for (int s = 0; s < sets; s += 2) {
-        if (s + 1 < sets) load(db, s + 1);
-        compute(da, s);
-        if (s + 2 < sets) load(da, s + 2);
-        if (s + 1 < sets) compute(db, s + 1);
+    while (co < n) {  // uniform over the warp
+        load(db);
+        compute(da);
+        load(da);
+        compute(db);
     }
     fused_stamp(a, 9);
 }

@@ -36,6 +36,11 @@ struct MoeFusedArgs {
     int64_t router_stride = 0;
     int n_expert = 0, k = 0;  // routed experts, chosen per token (the shared expert is slot k)
     bool renormalize = true;
+    // With renormalize: route by the logits (one top-k per 32 experts, then a merge; weights from the
+    // chosen logits) instead of the softmax over all experts then the top-k. The same ids except at
+    // near ties (p equal after rounding to fp32), weights within a few fp32 roundings. false, or
+    // PELICAN_FUSED_ROUTE=0 in the environment: the softmax route (moe_route's order).
+    bool route_by_logits = true;
     GpuMatrix gate_up;  // (n_expert + 1) experts of [gate (n_ff rows); up (n_ff rows)] x n_embd
     GpuMatrix down;     // (n_expert + 1) experts of n_embd rows x n_ff
     int64_t n_ff = 0;

@@ -190,6 +190,95 @@ __device__ __forceinline__ void route_select_block(const float* l, int n_expert,
     route_select<kPerLane>(p, l, n_expert, k, renormalize, shared_slot, ids, weights, lane);
 }
 
+// Ordered key of a logit for the top-k by logits: larger logit = larger unsigned key; -inf > 0; NaN
+// (never chosen while a number is left, as in the reference) = 0 = "none".
+__device__ __forceinline__ uint32_t route_logit_key(float v) {
+    if (v != v) return 0u;
+    const uint32_t u = __float_as_uint(v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float route_key_logit(uint32_t key) {
+    return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// route_block's result for renormalize = true, faster (every CTA of the fused MoE kernel routes on
+// its own, so this sits on the decode step's critical path). The softmax is monotone, so the top k by
+// p are the top k by logit; the one difference is where rounding p to fp32 makes two different logits
+// equal (a near tie, |dp| / p < 1e-7): the reference then takes the lower id, this the larger logit.
+// Weights: exp(l_j - l_max) / sum over the chosen of the same, in double (the reference divides the
+// fp32-rounded p: a few units of fp32 rounding apart). Two levels:
+//   1. warp w takes experts [32 w, 32 w + 32), one per lane, and picks its own top k in order by k
+//      rounds of a warp arg-max (__reduce_max_sync on the keys, then __reduce_min_sync on the ids of
+//      the lanes holding the largest key: ties -> the lower id) into s_key / s_id [w * 16 + j];
+//   2. warp 0 merges the sorted lists (lane w holds list w's head): k more rounds of the same arg-max.
+// Called by the whole CTA (one barrier inside). kThreads / 32 >= ceil(n_expert / 32); k <= 15 (the
+// list stride is 16). Warp 0 lanes < k (and k with the shared slot) write ids / weights as route_block.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+template <int kThreads>
+__device__ __forceinline__ void route_topk_renorm_block(const float* l, int n_expert, int k, bool shared_slot,
+                                                        int32_t* ids, float* weights, uint32_t* s_key,
+                                                        int32_t* s_id) {
+    static_assert(kThreads / 32 >= kMoeMaxExperts / 32, "one warp per 32 experts");
+    const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+    const int n_lists = (n_expert + 31) / 32;
+    if (warp < n_lists) {
+        const int e = warp * 32 + lane;
+        uint32_t key = e < n_expert ? route_logit_key(__ldcg(l + e)) : 0u;
+        uint32_t my_key = 0u;
+        int32_t my_id = 0;
+        for (int j = 0; j < k; ++j) {
+            const uint32_t mk = __reduce_max_sync(0xffffffffu, key);
+            const uint32_t me = __reduce_min_sync(
+                0xffffffffu, key == mk && mk != 0u ? static_cast<uint32_t>(e) : 0x7fffffffu);
+            if (lane == j) {
+                my_key = mk;  // 0: this list ran out of numbers
+                my_id = static_cast<int32_t>(me);
+            }
+            if (static_cast<uint32_t>(e) == me) key = 0u;
+        }
+        if (lane < k) {
+            s_key[warp * 16 + lane] = my_key;
+            s_id[warp * 16 + lane] = my_id;
+        }
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    int ptr = 0;  // lane w < n_lists: the head of list w
+    uint32_t head = lane < n_lists ? s_key[lane * 16] : 0u;
+    int32_t head_id = lane < n_lists ? s_id[lane * 16] : 0;
+    uint32_t my_key = 0u;
+    int32_t my_id = 0;
+    for (int j = 0; j < k; ++j) {
+        const uint32_t mk = __reduce_max_sync(0xffffffffu, head);
+        const uint32_t me = __reduce_min_sync(
+            0xffffffffu, head == mk && mk != 0u ? static_cast<uint32_t>(head_id) : 0x7fffffffu);
+        if (lane == j) {
+            my_key = mk;
+            my_id = mk == 0u ? j : static_cast<int32_t>(me);  // only NaN left: a valid id, weight 0
+        }
+        if (mk != 0u && head == mk && static_cast<uint32_t>(head_id) == me) {  // the winning list advances
+            ++ptr;
+            head = ptr < k ? s_key[lane * 16 + ptr] : 0u;
+            head_id = ptr < k ? s_id[lane * 16 + ptr] : 0;
+        }
+    }
+    // Weights: the largest logit is choice 0 (lane 0).
+    const uint32_t key0 = __shfl_sync(0xffffffffu, my_key, 0);
+    double ex = 0.0;
+    if (lane < k && my_key != 0u && key0 > route_logit_key(-INFINITY))  // all -inf: weights 0
+        ex = exp(static_cast<double>(route_key_logit(my_key)) - static_cast<double>(route_key_logit(key0)));
+    const double sum = warp_sum_d(ex);
+    if (lane < k) {
+        ids[lane] = my_id;
+        weights[lane] = static_cast<float>(sum > 0.0 ? ex / sum : 0.0);
+    } else if (shared_slot && lane == k) {  // the shared expert, stacked as expert n_expert
+        const float g = __ldcg(l + n_expert);
+        ids[k] = n_expert;
+        weights[k] = 1.0f / (1.0f + expf(-g));
+    }
+}
+#endif  // sm_80+ (__reduce_*_sync)
+
 template <int kThreads>
 __device__ __forceinline__ void route_block(const float* l, int n_expert, int k, bool renormalize,
                                             bool shared_slot, int32_t* ids, float* weights, float* s_p,
