@@ -119,9 +119,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
         }
     };
     if (r_rounds > 0) router_load(0);
+    // Work items (router rows aside) go to warps by wid = warp * G + b: consecutive items to different
+    // CTAs, so that every CTA (one per SM, sharing its SM's bandwidth) gets within one of the same number
+    // of items of each phase (with b * 16 + warp the first CTAs took two row pairs or outputs per warp
+    // and the last ones one, and the shared expert's pairs fell on the first n_ff / 16 CTAs alone).
     // The shared expert (expert n_expert, slot k) needs no route: warp wid < n_ff takes its gate/up pair
     // wid, loaded here and computed before barrier 1 (when its rows fit kShCh chunks per lane).
-    const int W = G * kFusedWarps, wid = b * kFusedWarps + warp;
+    const int W = G * kFusedWarps, wid = warp * G + b;
     const int ff = a.n_ff;
     constexpr int kShCh = sizeof(typename TG::W) > 24 ? 1 : TG::kBatch;  // register budget
     const int nch_g = (a.gu.n_units + 31) / 32;
