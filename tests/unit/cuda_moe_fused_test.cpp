@@ -305,15 +305,16 @@ TEST(CudaMoeFused, MatchesChain) {
     for (const FusedCase& c : cases) run_fused_case(rng, c);
 }
 
-// The speed rule (no GPU needed): the Qwen3.5-35B-A3B expert shape takes the fused kernel on an H200
-// (132 SMs) in Q4_0 (64 units per gate/up row) and Q4_K (32), the 122B-A10B shape (ff 1024, 96 / 48 units)
-// keeps the chain; fewer SMs move the line.
+// The speed rule (no GPU needed): on an H200 (132 SMs) the Qwen3.5-35B-A3B expert shape (ff 512; 64 units
+// per gate/up row in Q4_0, 32 in Q4_K) and the 122B-A10B one (ff 1024; 96 / 48 units) take the fused
+// kernel; fewer SMs (more items per warp than measured) keep the chain.
 TEST(CudaMoeFused, PreferredShapes) {
     EXPECT_TRUE(cuda::moe_fused_preferred(512, 8, 64, 132));
     EXPECT_TRUE(cuda::moe_fused_preferred(512, 8, 32, 132));
-    EXPECT_FALSE(cuda::moe_fused_preferred(1024, 8, 96, 132));
-    EXPECT_FALSE(cuda::moe_fused_preferred(1024, 8, 48, 132));
-    EXPECT_FALSE(cuda::moe_fused_preferred(512, 8, 64, 40));
+    EXPECT_TRUE(cuda::moe_fused_preferred(1024, 8, 96, 132));
+    EXPECT_TRUE(cuda::moe_fused_preferred(1024, 8, 48, 132));
+    EXPECT_FALSE(cuda::moe_fused_preferred(1024, 8, 96, 100));  // 17.3 items per warp
+    EXPECT_FALSE(cuda::moe_fused_preferred(512, 8, 64, 40));    // 14.4
     EXPECT_FALSE(cuda::moe_fused_preferred(0, 8, 64, 132));
 }
 

@@ -75,13 +75,13 @@ bool moe_fused_supported(const GpuMatrix& gate_up, const GpuMatrix& down, int64_
                          int n_expert, int k);
 // Whether the fused kernel is expected to beat the chain for this shape, from measurements
 // (cuda_moe_bench on the H200, docs/performance.md): its gate/up phase spreads (k + 1) x n_ff row pairs
-// of ceil(units / 32) chunks over grid x 16 warps; with few items per warp it wins (Qwen3.5-35B-A3B:
-// 4.4 items per warp, 20.2 us against 25.1 for the chain), with many it loses (122B-A10B: 13.1, 38.6
-// against 34.5: its gate/up phase moves the routed 28 MB in 13 us, slower than the chain's GEMV; the cause is
-// not yet profiled). True when those items per warp are at most kMoeFusedMaxItems (a threshold between the
-// two measured shapes). units: lane units of one gate/up row (32 elements for Q4_0 / Q8_0 / Q6_K, 64 for
-// Q4_K, 4 for F32); sms: the grid.
-inline constexpr double kMoeFusedMaxItems = 6.0;
+// of ceil(units / 32) chunks over grid x 16 warps; the fewer items per warp, the larger its lead
+// (Qwen3.5-35B-A3B Q4_0: 4.4 items per warp, 18.2 us against 25.1 for the chain; 122B-A10B Q4_0: 13.1,
+// 33.6 against 34.4, session 9; before that session's route and cursors 38.6 against 34.5). True when
+// those items per warp are at most kMoeFusedMaxItems (just above the largest measured shape; larger
+// ones are unmeasured and keep the chain). units: lane units of one gate/up row (32 elements for Q4_0 /
+// Q8_0 / Q6_K, 64 for Q4_K, 4 for F32); sms: the grid.
+inline constexpr double kMoeFusedMaxItems = 14.0;
 bool moe_fused_preferred(int64_t n_ff, int k, int64_t gate_up_units, int sms);
 // The decode pass's choice: PELICAN_FUSED_MOE=0 never, =2 wherever supported (A/B), otherwise (unset,
 // 1) where supported and preferred.
