@@ -6,7 +6,8 @@
 // resident; two grid barriers (device counters):
 //   phase A  router logits (fp32 W [n_expert + 1, n_embd] . x'; the CTA's rows are loaded into
 //            registers before the PDL wait), barrier;
-//   phase B  every CTA routes (moe_route's rule on the logits, into shared memory), then the gate/up
+//   phase B  every CTA routes (moe_route's rule; with renormalisation by the logits, route_by_logits
+//            below; into shared memory), then the gate/up
 //            rows of the chosen experts, act = silu(g) * u into `act`; the CTA's first down weights
 //            are loaded before the barrier;
 //   phase C  the down rows, each output element summed over the slots by one warp: x[o] += sum.
@@ -55,7 +56,7 @@ struct MoeFusedArgs {
     // Optional L2 prefetch hints for the NEXT kernels' weights (e.g. the next layer's first projection):
     // up to kMoeFusedNextRanges device ranges, spread over the CTAs and issued before the PDL wait, so that
     // HBM streams them while this kernel waits on its barriers and the route. Hints only (results never
-    // change); nullptr / 0 bytes: none. The forward sets them with PELICAN_L2_NEXT=1 (not yet measured).
+    // change); nullptr / 0 bytes: none. The forward sets them with PELICAN_L2_NEXT=1 (measured slower).
     const void* l2_next[4] = {nullptr, nullptr, nullptr, nullptr};
     size_t l2_next_bytes[4] = {0, 0, 0, 0};
     // Benchmarks only: [grid x kMoeFusedTracePoints] %globaltimer stamps (ns) of each CTA's thread 0 at
