@@ -79,6 +79,31 @@ __device__ __forceinline__ void fused_stage4(const GemvParams& p, uint8_t* area,
     }
 }
 
+// Phase C's walk over (output, chunk) items: output o takes cpo chunks of 32 of its S * nu (slot, unit)
+// pairs in order; a lane's (slot, unit) moves by 32 units per chunk (step_s slots + step_u units) and
+// starts again at (slot0, unit0) for the next output (o += W).
+struct DownCursor {
+    int o, c, slot, unit;
+    // Advances one chunk; true when the output was complete (o has moved on).
+    __device__ __forceinline__ bool next(int cpo, int W, int nu, int slot0, int unit0, int step_s,
+                                         int step_u) {
+        if (++c == cpo) {
+            c = 0;
+            o += W;
+            slot = slot0;
+            unit = unit0;
+            return true;
+        }
+        slot += step_s;
+        unit += step_u;
+        if (unit >= nu) {
+            unit -= nu;
+            ++slot;
+        }
+        return false;
+    }
+};
+
 __device__ __forceinline__ void fused_stamp(const MoeFusedParams& a, int point) {
     if (a.trace != nullptr && threadIdx.x == 0) {
         uint64_t t;
@@ -309,8 +334,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     }
 
     // ---- phase C: down rows, each output summed over the slots by one warp ---------------------------
-    // Output o = wid + W i takes cpo chunks of 32 of its S * nu (slot, unit) pairs, in order; a lane's
-    // (slot, unit) moves by 32 units per chunk (step_s slots + step_u units), reset per output.
+    // Outputs o = wid + W i, walked by DownCursor.
     const GemvParams& p = a.dn;
     const int nu = p.n_units, per_out = S * nu, cpo = (per_out + 31) / 32;
     const int slot0 = lane / nu, unit0 = lane - slot0 * nu, step_s = 32 / nu, step_u = 32 - step_s * nu;
@@ -318,25 +342,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     constexpr int kDw = static_cast<int>(160 / sizeof(typename TD::W));
     constexpr int kD = kDw < 1 ? 1 : kDw > 8 ? 8 : kDw;
     typename TD::W da[kD], db[kD];
-    int lo = wid, lc = 0, lslot = slot0, lunit = unit0;  // load cursor
+    DownCursor ld{wid, 0, slot0, unit0};  // load cursor
     auto load = [&](typename TD::W(&w)[kD]) {
 #pragma unroll
         for (int i = 0; i < kD; ++i) {
-            if (lo >= n) break;  // uniform over the warp
-            if (lslot < S) TD::load(w[i], p, static_cast<int64_t>(s_ids[lslot]) * p.expert_rows + lo, lunit);
-            if (++lc == cpo) {
-                lc = 0;
-                lo += W;
-                lslot = slot0;
-                lunit = unit0;
-            } else {
-                lslot += step_s;
-                lunit += step_u;
-                if (lunit >= nu) {
-                    lunit -= nu;
-                    ++lslot;
-                }
-            }
+            if (ld.o >= n) break;  // uniform over the warp
+            if (ld.slot < S)
+                TD::load(w[i], p, static_cast<int64_t>(s_ids[ld.slot]) * p.expert_rows + ld.o, ld.unit);
+            ld.next(cpo, W, nu, slot0, unit0, step_s, step_u);
         }
     };
     load(da);  // the ids are known: before the barrier
@@ -368,35 +381,25 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     __syncthreads();
     fused_stamp(a, 8);
 
-    int co = wid, cc = 0, cslot = slot0, cunit = unit0;  // math cursor
+    DownCursor cp{wid, 0, slot0, unit0};  // math cursor
     float acc = 0.0f;
     auto compute = [&](const typename TD::W(&w)[kD]) {
 #pragma unroll
         for (int i = 0; i < kD; ++i) {
-            if (co >= n) break;  // uniform over the warp
-            if (cslot < S) {
-                const typename TD::X xv = TD::load_x(x_dn + cslot * p.tok_bytes, p, cunit);
-                acc = fmaf(s_w[cslot], TD::dot(TD::unpack(w[i], cunit), xv, 0.0f), acc);
+            if (cp.o >= n) break;  // uniform over the warp
+            if (cp.slot < S) {
+                const typename TD::X xv = TD::load_x(x_dn + cp.slot * p.tok_bytes, p, cp.unit);
+                acc = fmaf(s_w[cp.slot], TD::dot(TD::unpack(w[i], cp.unit), xv, 0.0f), acc);
             }
-            if (++cc == cpo) {  // the output is complete
+            const int o = cp.o;
+            if (cp.next(cpo, W, nu, slot0, unit0, step_s, step_u)) {  // output o is complete
                 const float sum = warp_sum(acc);
-                if (lane == 0) a.x[co] = __ldcg(a.x + co) + sum;
+                if (lane == 0) a.x[o] = __ldcg(a.x + o) + sum;
                 acc = 0.0f;
-                cc = 0;
-                co += W;
-                cslot = slot0;
-                cunit = unit0;
-            } else {
-                cslot += step_s;
-                cunit += step_u;
-                if (cunit >= nu) {
-                    cunit -= nu;
-                    ++cslot;
-                }
             }
         }
     };
-    while (co < n) {  // uniform over the warp
+    while (cp.o < n) {  // uniform over the warp
         load(db);
         compute(da);
         load(da);

@@ -214,6 +214,16 @@ __device__ __forceinline__ float route_key_logit(uint32_t key) {
 // Called by the whole CTA (one barrier inside). kThreads / 32 >= ceil(n_expert / 32); k <= 15 (the
 // list stride is 16). Warp 0 lanes < k (and k with the shared slot) write ids / weights as route_block.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// One round of a warp arg-max over (key, id) pairs: the largest key of the warp (0 = none left) and the
+// lowest id among the lanes holding it (0x7fffffff when none).
+struct KeyChoice {
+    uint32_t key, id;
+};
+__device__ __forceinline__ KeyChoice warp_argmax_key(uint32_t key, uint32_t id) {
+    const uint32_t mk = __reduce_max_sync(0xffffffffu, key);
+    return {mk, __reduce_min_sync(0xffffffffu, key == mk && mk != 0u ? id : 0x7fffffffu)};
+}
+
 template <int kThreads>
 __device__ __forceinline__ void route_topk_renorm_block(const float* l, int n_expert, int k, bool shared_slot,
                                                         int32_t* ids, float* weights, uint32_t* s_key,
@@ -227,14 +237,12 @@ __device__ __forceinline__ void route_topk_renorm_block(const float* l, int n_ex
         uint32_t my_key = 0u;
         int32_t my_id = 0;
         for (int j = 0; j < k; ++j) {
-            const uint32_t mk = __reduce_max_sync(0xffffffffu, key);
-            const uint32_t me = __reduce_min_sync(
-                0xffffffffu, key == mk && mk != 0u ? static_cast<uint32_t>(e) : 0x7fffffffu);
+            const KeyChoice c = warp_argmax_key(key, static_cast<uint32_t>(e));
             if (lane == j) {
-                my_key = mk;  // 0: this list ran out of numbers
-                my_id = static_cast<int32_t>(me);
+                my_key = c.key;  // 0: this list ran out of numbers
+                my_id = static_cast<int32_t>(c.id);
             }
-            if (static_cast<uint32_t>(e) == me) key = 0u;
+            if (static_cast<uint32_t>(e) == c.id) key = 0u;
         }
         if (lane < k) {
             s_key[warp * 16 + lane] = my_key;
@@ -249,14 +257,13 @@ __device__ __forceinline__ void route_topk_renorm_block(const float* l, int n_ex
     uint32_t my_key = 0u;
     int32_t my_id = 0;
     for (int j = 0; j < k; ++j) {
-        const uint32_t mk = __reduce_max_sync(0xffffffffu, head);
-        const uint32_t me = __reduce_min_sync(
-            0xffffffffu, head == mk && mk != 0u ? static_cast<uint32_t>(head_id) : 0x7fffffffu);
+        const KeyChoice c = warp_argmax_key(head, static_cast<uint32_t>(head_id));
         if (lane == j) {
-            my_key = mk;
-            my_id = mk == 0u ? j : static_cast<int32_t>(me);  // only NaN left: a valid id, weight 0
+            my_key = c.key;
+            my_id = c.key == 0u ? j : static_cast<int32_t>(c.id);  // only NaN left: a valid id, weight 0
         }
-        if (mk != 0u && head == mk && static_cast<uint32_t>(head_id) == me) {  // the winning list advances
+        if (c.key != 0u && head == c.key &&
+            static_cast<uint32_t>(head_id) == c.id) {  // the winning list advances
             ++ptr;
             head = ptr < k ? s_key[lane * 16 + ptr] : 0u;
             head_id = ptr < k ? s_id[lane * 16 + ptr] : 0;
