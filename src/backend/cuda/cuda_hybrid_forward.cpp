@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/deltanet.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gpu_upload.h"
 #include "backend/cuda/host_staging.h"
@@ -189,6 +190,10 @@ Status CudaHybridForward::init() {
             return make_error("GPU prompt matmul setup failed: {} ({})", err ? err : "unknown error",
                               gpu_memory_note());
     }
+    // The conv folded into deltanet_step for micro-batches (PELICAN_DN_CONV_FOLD=0: two kernels), decided
+    // once.
+    conv_fold_ = s.n_v_heads > 0 && env_switch_on("PELICAN_DN_CONV_FOLD") &&
+                 deltanet_conv_fold_supported(hy.conv_kernel, s.n_k_heads, s.n_v_heads, s.d_k);
     // The one-kernel decode MoE blocks, decided once (this also sets the kernels' attributes, outside any
     // graph capture).
     if (hy.moe) {

@@ -178,6 +178,8 @@ private:
     float* wts_ = nullptr;     // [M, ko] expert weights
     unsigned* router_ctr_ = nullptr;  // moe_router_route's arrival counter (zeroed scratch)
     std::vector<const GpuHybridLayer*> fused_moe_layers_;  // layers (and the MTP layer) with fused_moe_check
+    bool conv_fold_ =
+        false;  // deltanet_layer folds the conv into deltanet_step (deltanet_conv_fold_supported)
     unsigned long long* moe_bar_ = nullptr;  // moe_fused_decode's grid barrier count (zeroed scratch)
     unsigned* comb_ctr_ = nullptr;           // [n_embd] the fused combine's arrival counters (zeroed scratch)
     float* eact_ = nullptr;                  // [M * ko, n_ff_expert]

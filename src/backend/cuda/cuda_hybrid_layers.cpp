@@ -82,23 +82,14 @@ static bool l2_next_enabled() {
 }
 static constexpr size_t kL2NextMaxBytes = size_t{24} << 20;  // at most about half the H200's L2
 
-// PELICAN_DN_CONV_FOLD=0: the micro-batch DeltaNet runs conv1d_silu and deltanet_step as two kernels
-// instead of deltanet_step with the conv folded in (where deltanet_conv_fold_supported).
-static bool conv_fold_enabled() {
-    static const bool on = env_switch_on("PELICAN_DN_CONV_FOLD");
-    return on;
-}
-
 void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n) {
     const HybridHParams& hy = *hp_.hybrid;
-    const DeltaNetShape& s = hy.linear;
-    const int64_t cd = s.conv_dim();
+    const int64_t cd = hy.linear.conv_dim();
     // proj_ rows [w_dn_]: [Q|K|V (cd) | z (vd) | b (nv) | a (nv)] = W rms_norm_zc(x); conv_ = the
     // conv + SiLU of the Q|K|V columns (or the conv inside deltanet_step, reading proj_).
     gemv_parts(L.linear.in_proj, L.attn_norm, n, proj_, w_dn_, false);
     DeltaNetStepArgs d = deltanet_args(L, slot, n);
-    if (conv_fold_enabled() &&
-        deltanet_conv_fold_supported(hy.conv_kernel, s.n_k_heads, s.n_v_heads, s.d_k)) {
+    if (conv_fold_) {  // decided once at creation (init)
         d.conv_out = nullptr;
         d.conv_in = proj_;
         d.conv_in_stride = w_dn_;

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <cooperative_groups.h>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/deltanet.h"
 #include "backend/cuda/deltanet_impl.cuh"
@@ -17,6 +19,8 @@
 
 namespace pelican::cuda {
 namespace {
+
+namespace cg = cooperative_groups;
 
 // ---- conv1d_silu -------------------------------------------------------------------------------
 //
@@ -128,18 +132,6 @@ __device__ __forceinline__ float conv_fold_apply(const float (&w)[K], float (&hi
     return acc / (1.0f + expf(-acc));
 }
 
-// Cluster barrier halves (sm_90; every thread of every CTA of the cluster calls both, in order).
-__device__ __forceinline__ void cluster_arrive_release() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait_acquire() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-
 // K: the folded conv's width (0: conv_out already holds the conv's output). With K > 0 the CTAs of
 // one key head's value heads are consecutive (a cluster of n_v_heads / n_k_heads when that exceeds 1):
 // CTA b serves key head b / ratio, value head rank b % ratio of it.
@@ -207,7 +199,7 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
             hist_qk[r] = has_qk ? __ldcg(p.conv_state + r * conv_dim + qk_col) : 0.0f;
             hist_v[r] = owns ? __ldcg(p.conv_state + r * conv_dim + v_col) : 0.0f;
         }
-        if (ratio > 1) cluster_arrive_release();  // this CTA has read the key head's old Q/K state
+        if (ratio > 1) cg::this_cluster().barrier_arrive();  // this CTA has read the key head's old Q/K state
     }
     detail::l2_hint_share(p.l2_next, p.l2_next_bytes, h, static_cast<int>(gridDim.x), StepCfg<D>::kThreads);
     pdl_wait();  // conv_out / conv_in, a, b, z come from the kernels just before; out is read by later ones
@@ -298,7 +290,7 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
         for (int i = 0; i < RPT; ++i) s_col[int64_t{i} * D] = S[i];
     }
     if constexpr (K > 0) {  // the new conv state: Q/K channels by rank 0 once all ranks have read them
-        if (ratio > 1) cluster_wait_acquire();
+        if (ratio > 1) cg::this_cluster().barrier_wait();  // every CTA of the cluster has read the old state
         if (has_qk && rank == 0) {
 #pragma unroll
             for (int r = 0; r < K - 1; ++r) p.conv_state[r * conv_dim + qk_col] = hist_qk[r];
@@ -385,28 +377,9 @@ bool deltanet_conv_fold_supported(int conv_kernel, int n_k_heads, int n_v_heads,
 // The folded-conv kernel: one cluster of `ratio` CTAs per key head (when ratio > 1), with PDL.
 template <int D>
 void launch_step_conv(const DeltaNetStepArgs& a, cudaStream_t stream) {
-    const int ratio = a.n_v_heads / a.n_k_heads;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(a.n_v_heads));
-    cfg.blockDim = dim3(StepCfg<D>::kThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[2];
-    int n = 0;
-    if (ratio > 1) {
-        attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = static_cast<unsigned>(ratio);
-        attr[n].val.clusterDim.y = 1;
-        attr[n].val.clusterDim.z = 1;
-        ++n;
-    }
-    if (pdl_enabled()) {
-        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[n].val.programmaticStreamSerializationAllowed = 1;
-        ++n;
-    }
-    cfg.attrs = attr;
-    cfg.numAttrs = static_cast<unsigned>(n);
-    PELICAN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, deltanet_step_kernel<D, kConvFoldK>, a));
+    launch_pdl_cluster(deltanet_step_kernel<D, kConvFoldK>, dim3(static_cast<unsigned>(a.n_v_heads)),
+                       dim3(StepCfg<D>::kThreads), 0, stream,
+                       static_cast<unsigned>(a.n_v_heads / a.n_k_heads), a);
 }
 
 void deltanet_step(const DeltaNetStepArgs& a, cudaStream_t stream) {

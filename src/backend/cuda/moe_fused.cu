@@ -161,7 +161,7 @@ void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream) {
     p.n_slots = slots;
     p.renorm = a.renormalize;
     static const bool route_env = env_switch_on("PELICAN_FUSED_ROUTE");
-    p.fast_route = a.route_by_logits && route_env;
+    p.route_by_logits = a.route_by_logits && route_env;
     p.n_ff = static_cast<int>(a.n_ff);
     p.logits = a.logits;
     p.ids = a.ids;

@@ -25,8 +25,8 @@ struct MoeFusedParams {
     int n_rows = 0;                        // n_expert + 1
     int n_expert = 0, k = 0, n_slots = 0;  // n_slots = k + 1 (the shared expert last)
     bool renorm = true;
-    bool fast_route = true;  // route_topk_renorm_block where renorm (PELICAN_FUSED_ROUTE=0: route_block)
-    GemvParams gu, dn;       // the layouts (gemv_make_params); gu.norm_one_plus is the norm's rule
+    bool route_by_logits = true;  // route_topk_renorm_block where renorm (PELICAN_FUSED_ROUTE=0: route_block)
+    GemvParams gu, dn;            // the layouts (gemv_make_params); gu.norm_one_plus is the norm's rule
     int n_ff = 0;
     float* logits = nullptr;
     int32_t* ids = nullptr;
@@ -243,12 +243,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
     // ---- phase B: route (every CTA), gate/up rows of the chosen experts -----------------------------
     {
         // The top-k by logits (route_topk_renorm_block) where the weights are renormalised, else the
-        // softmax over the CTA then the selection by one warp (route_block); a.fast_route = false
+        // softmax over the CTA then the selection by one warp (route_block); a.route_by_logits = false
         // (PELICAN_FUSED_ROUTE=0) forces the latter.
         __shared__ __align__(16) float s_p[kMoeMaxExperts];  // also the fast route's lists (16 per warp)
         __shared__ double s_red[kFusedWarps];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        if (a.renorm && a.fast_route) {  // uniform over the grid
+        if (a.renorm && a.route_by_logits) {  // uniform over the grid
             static_assert(kMoeMaxExperts >= 2 * kFusedWarps * 16, "the lists fit s_p");
             uint32_t* s_key = reinterpret_cast<uint32_t*>(s_p);
             int32_t* s_id = reinterpret_cast<int32_t*>(s_p + kFusedWarps * 16);
