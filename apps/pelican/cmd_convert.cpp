@@ -6,13 +6,12 @@
 // (config.json-style keys in JSON, a file or inline text) with the vocabulary of VOCAB (GGUF,
 // tokenizer.json or HF folder). Types: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (see
 // src/convert/tensor_plan.h for which tensors get which type). Ctrl-C leaves no partial file.
-#include <atomic>
-#include <csignal>
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "command.h"
+#include "interrupt.h"
 #include "convert/convert.h"
 #include "convert/progress.h"
 #include "convert/synthetic.h"
@@ -32,30 +31,6 @@ struct ConvertArgs {
     uint64_t seed = 0;
     int threads = 0;
     bool no_progress = false;
-};
-
-std::atomic<bool> g_interrupted{false};
-// First Ctrl-C: stop at the next chunk and remove the temporary file; a second one kills at once.
-extern "C" void on_interrupt(int sig) {
-    g_interrupted.store(true);
-    std::signal(sig, SIG_DFL);
-}
-
-// Installs SIGINT/SIGTERM handlers that request cancellation; restores the old ones on exit.
-class InterruptGuard {
-public:
-    InterruptGuard() {
-        old_int_ = std::signal(SIGINT, on_interrupt);
-        old_term_ = std::signal(SIGTERM, on_interrupt);
-    }
-    ~InterruptGuard() {
-        std::signal(SIGINT, old_int_);
-        std::signal(SIGTERM, old_term_);
-    }
-
-private:
-    void (*old_int_)(int) = SIG_DFL;
-    void (*old_term_)(int) = SIG_DFL;
 };
 
 Expected<ConvertJob> plan(const ConvertArgs& a, const ConvertOptions& opt) {
@@ -93,10 +68,8 @@ int run_convert(const ConvertArgs& a) {
     opt.name = a.name;
     opt.emit.threads = a.threads;
     opt.emit.progress = !a.no_progress;
-    opt.emit.cancel = &g_interrupted;
-
     InterruptGuard guard;
-    g_interrupted.store(false);
+    opt.emit.cancel = &interrupt_flag();
     auto job = plan(a, opt);
     if (!job) return report_error(job.error());
     auto stats = write_job(*job, a.output, opt.emit);

@@ -1,16 +1,16 @@
-// pelican tokenize -m MODEL (-p TEXT | -f FILE)... [--special] [--bos] [--json]
+// pelican tokenize -m MODEL (-p TEXT | -f FILE)... [--no-special] [--no-bos] [--keep-newline] [--json]
 // MODEL is a GGUF file, a tokenizer.json or a Hugging Face folder. Every input (all -p texts in
 // order, then all -f files in order; "-f -" reads stdin) prints one line: its token ids separated
-// by spaces, or with --json one JSON array per line ("[15496, 995]").
+// by spaces, or with --json one JSON array per line ("[15496, 995]"). The ids are what `pelican
+// run` feeds the model for the same raw prompt: special-token texts recognized and BOS/EOS added as
+// the tokenizer says (Hugging Face's tokenizer(text)); files lose one trailing newline as in run.
 #include <cstdio>
-#include <iostream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "command.h"
-#include "core/mmap_file.h"
+#include "prompt_input.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pelican::cli {
@@ -20,9 +20,11 @@ struct TokenizeArgs {
     std::string model;
     std::vector<std::string> prompts;
     std::vector<std::string> files;
-    bool special = false;
-    bool bos = false;
+    bool no_special = false;
+    bool no_bos = false;
+    bool keep_newline = false;
     bool json = false;
+    bool legacy_flag = false;  // --special / --bos: now the default
 };
 
 std::string format_ids(const std::vector<int32_t>& ids, bool json) {
@@ -38,21 +40,17 @@ std::string format_ids(const std::vector<int32_t>& ids, bool json) {
 
 int run_tokenize(const TokenizeArgs& a) {
     if (a.prompts.empty() && a.files.empty())
-        return report_error("tokenize: give at least one -p TEXT or -f FILE");
+        return report_usage_error("tokenize: give at least one -p TEXT or -f FILE");
     // Read every input first so a missing file fails before any output.
     std::vector<std::string> inputs = a.prompts;
     for (const auto& path : a.files) {
-        if (path == "-") {
-            inputs.emplace_back(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-            continue;
-        }
-        auto text = read_text_file(path);
-        if (!text) return report_error(text.error());
+        auto text = read_prompt_input(path, a.keep_newline);
+        if (!text) return report_error("tokenize: -f: " + text.error().message);
         inputs.push_back(std::move(*text));
     }
     auto tok = Tokenizer::load(a.model);
     if (!tok) return report_error(tok.error());
-    const EncodeOptions opt{.add_special = a.bos, .parse_special = a.special};
+    const EncodeOptions opt{.add_special = !a.no_bos, .parse_special = !a.no_special};
     for (const auto& text : inputs) {
         const std::string line = format_ids(tok->encode(text, opt), a.json);
         std::fwrite(line.data(), 1, line.size(), stdout);
@@ -67,8 +65,13 @@ void setup(CLI::App& app) {
         ->required();
     sub->add_option("-p,--prompt", args->prompts, "Text to tokenize (repeatable)");
     sub->add_option("-f,--file", args->files, "File to tokenize, '-' for stdin (repeatable)");
-    sub->add_flag("--special", args->special, "Parse special/control token texts as single tokens");
-    sub->add_flag("--bos", args->bos, "Add BOS/EOS as the tokenizer's add_bos/add_eos say");
+    sub->add_flag("--no-special", args->no_special,
+                  "Treat special-token texts (<|im_start|>) as plain text instead of single tokens");
+    sub->add_flag("--no-bos", args->no_bos, "Do not add BOS/EOS (added by default as the tokenizer says)");
+    sub->add_flag("--keep-newline", args->keep_newline, "Keep one trailing newline of -f inputs");
+    // Before they became the default (kept so old command lines still work).
+    sub->add_flag("--special", args->legacy_flag, "")->group("");
+    sub->add_flag("--bos", args->legacy_flag, "")->group("");
     sub->add_flag("--json", args->json, "Print one JSON array per input");
     sub->callback([args] { set_exit_code(run_tokenize(*args)); });
 }

@@ -4,7 +4,7 @@
 //   PELICAN_COMMAND(info, [](CLI::App& app) { auto* sub = app.add_subcommand("info", "..."); ... });
 //
 // A command's callback stores its exit code with set_exit_code(); errors go to stderr as
-// "pelican: error: ..." via report_error().
+// "pelican: error: ..." via report_error() (exit 1) or report_usage_error() (exit 2).
 #pragma once
 
 #include <string_view>
@@ -20,10 +20,17 @@ using CommandSetup = void (*)(CLI::App& app);
 // Registers a subcommand setup function; called from static initializers. Returns a dummy.
 int register_command(const char* name, CommandSetup setup);
 
+// Exit codes (main.cpp): 1 a command failed, 2 a usage error, 130 interrupted (SIGINT).
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInterrupted = 130;
+
 void set_exit_code(int code);
-// Prints "pelican: error: <message>" to stderr and returns 1.
+// Prints "pelican: error: <message>" to stderr and returns kExitError.
 int report_error(const Error& e);
 int report_error(std::string_view message);
+// The same for a usage error (a bad combination of options): returns kExitUsage.
+int report_usage_error(std::string_view message);
 
 }  // namespace pelican::cli
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/generation_defaults.h"
 #include "runtime/sampler.h"
 
 namespace pelican {
@@ -60,8 +61,10 @@ struct SessionOptions {
 };
 
 struct GenerateParams {
-    int32_t max_tokens = 256;  // tokens to generate at most; -1 = until end of generation or a full context
-    SamplerParams sampling;    // runtime/sampler.h (temperature 0 = greedy)
+    // Tokens to generate at most; -1 = no limit. Generation always ends when the context is full
+    // (StopReason::kContextFull), whatever max_tokens says.
+    int32_t max_tokens = 256;
+    SamplerParams sampling;  // runtime/sampler.h (temperature 0 = greedy)
     std::vector<std::string>
         stop;                   // stop strings: generation ends when the text contains one; it is not output
     bool ignore_eos = false;    // keep going past end-of-generation tokens
@@ -79,7 +82,12 @@ struct GenerateResult {
     int64_t n_prompt = 0;            // prompt tokens
     int64_t n_prompt_evaluated = 0;  // prompt tokens actually run (the rest reused from the KV cache)
     double prompt_seconds = 0;       // prompt evaluation wall time
-    double decode_seconds = 0;       // wall time of the generation loop after the prompt
+    // Forward passes of the generation loop: one per generated token after the first (which is
+    // sampled from the prompt's logits), so tokens.size() - 1 or fewer; decode speed is
+    // n_decode_steps / decode_seconds.
+    int64_t n_decode_steps = 0;
+    double decode_seconds = 0;  // wall time of the generation loop after the prompt
+    uint64_t seed = 0;          // the sampler's seed (the one drawn when the seed was random)
 };
 
 // Called once per generated token with the text it completes. `piece` may be empty (a partial
@@ -98,6 +106,10 @@ public:
     const Tokenizer* tokenizer() const { return tokenizer_.get(); }  // nullptr if not loaded
     int32_t n_vocab() const;
     int64_t n_ctx_train() const;  // 0 when the file does not say
+    // The model's own sampling defaults (generation_config.json or GGUF general.sampling.*);
+    // default_sampling() is SamplerParams{} with them applied.
+    const GenerationDefaults& generation_defaults() const { return gen_defaults_; }
+    SamplerParams default_sampling() const { return gen_defaults_.apply(SamplerParams{}); }
     // Tokens that end generation (EOS, end-of-turn...).
     const std::vector<int32_t>& end_of_generation_ids() const { return eog_ids_; }
 
@@ -105,6 +117,10 @@ public:
                                             bool parse_special = true) const;
     // Renders one user message with the model's chat template (add_generation_prompt on).
     Expected<std::string> chat_prompt(std::string_view user_message) const;
+    // The same prompt as token ids, with the message's text kept as plain text: special-token
+    // texts typed inside it ("<|im_start|>") never become special tokens; the template's own
+    // markers do (runtime/chat_prompt.h). No BOS is added: the template writes it.
+    Expected<std::vector<int32_t>> chat_tokens(std::string_view user_message) const;
 
     // Errors: bad options, not enough memory for the KV cache.
     Expected<std::unique_ptr<Session>> create_session(const SessionOptions& opt = {}) const;
@@ -125,6 +141,7 @@ private:
     std::shared_ptr<const cuda::GpuModel> gpu_model_;  // after model_: released before it
     std::unique_ptr<Tokenizer> tokenizer_;
     std::vector<int32_t> eog_ids_;
+    GenerationDefaults gen_defaults_;
 };
 
 class Session {
@@ -133,7 +150,7 @@ public:
 
     // Generates a continuation of `prompt`. The KV cache keeps the previous call's tokens: a prompt
     // that starts with them is not evaluated again. Errors: empty prompt, token ids outside the
-    // vocabulary, prompt + max_tokens > n_ctx, invalid sampling parameters.
+    // vocabulary, a prompt longer than n_ctx, invalid sampling parameters.
     Expected<GenerateResult> generate(std::span<const int32_t> prompt, const GenerateParams& params,
                                       const TokenCallback& on_token = {});
     // Tokenizes `prompt` (params.add_special / parse_special) and generates.

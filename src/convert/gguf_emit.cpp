@@ -122,7 +122,8 @@ Expected<EmitStats> emit_gguf(const std::string& path, const std::vector<GgufKV>
         PELICAN_TRY(w.begin(path));
     }
 
-    ThreadPool pool(opt.threads);
+    PELICAN_ASSIGN(std::unique_ptr<ThreadPool> pool_owner, ThreadPool::create(opt.threads));
+    ThreadPool& pool = *pool_owner;
     const int n_threads = pool.size();
     uint64_t total = 0;
     int64_t max_row = 1;

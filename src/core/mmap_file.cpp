@@ -8,6 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
+#include "core/format_bytes.h"
+
 namespace pelican {
 
 Expected<MappedFile> MappedFile::open(const std::string& path) {
@@ -60,16 +64,27 @@ MappedFile::~MappedFile() {
     if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-Expected<std::string> read_text_file(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) return make_error("cannot open '{}': {}", path, std::strerror(errno));
+Expected<std::string> read_text_stream(std::FILE* f, const std::string& name, size_t max_bytes) {
     std::string out;
     char buf[1 << 16];
     size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-    bool err = std::ferror(f);
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
+        if (out.size() + n > max_bytes)
+            return make_error("'{}' is larger than {} (the most pelican reads from a text input)", name,
+                              human_bytes(max_bytes));
+        out.append(buf, n);
+    }
+    if (std::ferror(f)) return make_error("error reading '{}': {}", name, std::strerror(errno));
+    return out;
+}
+
+Expected<std::string> read_text_file(const std::string& path, size_t max_bytes) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) return make_error("'{}' is a folder, not a file", path);
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return make_error("cannot open '{}': {}", path, std::strerror(errno));
+    auto out = read_text_stream(f, path, max_bytes);
     std::fclose(f);
-    if (err) return make_error("error reading '{}'", path);
     return out;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 
@@ -33,8 +34,12 @@ private:
     std::string path_;
 };
 
-// Reads a whole file into a string (for small text files: json, jinja).
-Expected<std::string> read_text_file(const std::string& path);
+// Whole file as text (a regular file, pipe or device). Errors: cannot open, a directory, read
+// errors, more than max_bytes (a runaway input such as /dev/zero stops there).
+inline constexpr size_t kMaxTextFileBytes = size_t{256} << 20;
+Expected<std::string> read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
+// The same from an open stream (stdin); `name` names it in errors.
+Expected<std::string> read_text_stream(std::FILE* f, const std::string& name, size_t max_bytes);
 // Writes bytes to path atomically (temp file + rename) so a failure never leaves a half file.
 Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 

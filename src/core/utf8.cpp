@@ -69,4 +69,84 @@ std::u32string utf8_decode_all(std::string_view s) {
     return out;
 }
 
+namespace {
+
+constexpr const char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
+
+// Length of the sequence a lead byte starts and the allowed range of its second byte; len 0 for a
+// byte that cannot start one (continuation bytes, C0/C1, F5..FF).
+struct Lead {
+    int len;
+    uint8_t lo, hi;
+};
+Lead lead_of(uint8_t c) {
+    if (c >= 0xC2 && c <= 0xDF) return {2, 0x80, 0xBF};
+    if (c == 0xE0) return {3, 0xA0, 0xBF};
+    if (c == 0xED) return {3, 0x80, 0x9F};
+    if (c >= 0xE1 && c <= 0xEF) return {3, 0x80, 0xBF};
+    if (c == 0xF0) return {4, 0x90, 0xBF};
+    if (c >= 0xF1 && c <= 0xF3) return {4, 0x80, 0xBF};
+    if (c == 0xF4) return {4, 0x80, 0x8F};
+    return {0, 0, 0};
+}
+
+// Repairs b into out; returns the offset of an unfinished trailing sequence (b.size() if none).
+size_t repair_into(std::string_view b, std::string& out) {
+    size_t i = 0;
+    const size_t n = b.size();
+    while (i < n) {
+        const auto c = static_cast<uint8_t>(b[i]);
+        if (c < 0x80) {
+            out += static_cast<char>(c);
+            ++i;
+            continue;
+        }
+        const Lead l = lead_of(c);
+        if (l.len == 0) {
+            out += kReplacement;
+            ++i;
+            continue;
+        }
+        int k = 1;
+        for (; k < l.len; ++k) {
+            if (i + static_cast<size_t>(k) >= n) return i;  // unfinished: decide with more bytes
+            const auto d = static_cast<uint8_t>(b[i + static_cast<size_t>(k)]);
+            const uint8_t lo = k == 1 ? l.lo : 0x80, hi = k == 1 ? l.hi : 0xBF;
+            if (d < lo || d > hi) break;
+        }
+        if (k == l.len) {
+            out.append(b.substr(i, static_cast<size_t>(k)));
+        } else {
+            out += kReplacement;  // the maximal subpart b[i, i + k)
+        }
+        i += static_cast<size_t>(k);
+    }
+    return n;
+}
+
+}  // namespace
+
+std::string Utf8Repair::push(std::string_view bytes) {
+    std::string in = std::move(tail_);
+    in.append(bytes);
+    std::string out;
+    out.reserve(in.size());
+    const size_t keep = repair_into(in, out);
+    tail_ = in.substr(keep);
+    return out;
+}
+
+std::string Utf8Repair::finish() {
+    if (tail_.empty()) return {};
+    tail_.clear();
+    return kReplacement;  // an unfinished well-formed prefix is one maximal subpart
+}
+
+std::string utf8_repair(std::string_view s) {
+    Utf8Repair r;
+    std::string out = r.push(s);
+    out += r.finish();
+    return out;
+}
+
 }  // namespace pelican

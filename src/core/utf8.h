@@ -21,4 +21,23 @@ bool utf8_valid(std::string_view s);
 // Decodes a whole string; each invalid byte becomes U+FFFD (one per byte, as Python's "replace").
 std::u32string utf8_decode_all(std::string_view s);
 
+// Streaming UTF-8 repair for text that arrives in pieces (detokenized byte tokens): push() returns
+// the well-formed text that can be decided so far and holds back an unfinished trailing sequence;
+// finish() flushes it. Ill-formed input becomes U+FFFD, one per maximal subpart of an ill-formed
+// sequence (the Unicode practice that Python's decode(errors="replace") and Rust's
+// String::from_utf8_lossy follow, so the text equals transformers' decode of the same bytes).
+class Utf8Repair {
+public:
+    std::string push(std::string_view bytes);
+    // The held-back tail as U+FFFD (nothing when there is none); the stream starts over.
+    std::string finish();
+    bool holding() const { return !tail_.empty(); }
+
+private:
+    std::string tail_;  // an unfinished but so far well-formed sequence (at most 3 bytes)
+};
+
+// The whole of s repaired at once (push + finish).
+std::string utf8_repair(std::string_view s);
+
 }  // namespace pelican

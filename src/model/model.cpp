@@ -31,7 +31,28 @@ std::string Model::describe() const {
     return s;
 }
 
-Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelLoadOptions& opt) {
+Expected<std::string> resolve_model_path(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::exists(path, ec))
+        return make_error("{}: no such file or folder (give a GGUF file or a Hugging Face model folder)",
+                          path);
+    if (fs::is_directory(path, ec)) return path;
+    const fs::path p(path);
+    const std::string name = p.filename().string();
+    const bool hf_file =
+        p.extension() == ".safetensors" || name == "config.json" || name.ends_with(".safetensors.index.json");
+    if (!hf_file) return path;
+    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    if (is_hf_folder(dir.string())) return dir.string();
+    return make_error(
+        "{} is a single {} file; pelican runs a Hugging Face model folder (config.json, the *.safetensors "
+        "weights and tokenizer.json together): pass that folder with -m, or convert the model to GGUF",
+        path, name == "config.json" ? "config" : "safetensors");
+}
+
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path_in, const ModelLoadOptions& opt) {
+    PELICAN_ASSIGN(const std::string path, resolve_model_path(path_in));
     std::unique_ptr<Model> m(new Model());
     m->path_ = path;
     std::error_code ec;

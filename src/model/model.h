@@ -24,6 +24,11 @@ struct ModelLoadOptions {
     bool allow_repack = true;  // let the CPU backend repack Q4_0/Q8_0 weights (copies them)
 };
 
+// What a model path names: a GGUF file or an HF folder as given; a file inside an HF folder
+// (model.safetensors, config.json, a safetensors index) names that folder. Errors: no such path;
+// a lone safetensors file without config.json next to it (with what to pass instead).
+Expected<std::string> resolve_model_path(const std::string& path);
+
 class Model {
 public:
     // `path`: a GGUF file, or a Hugging Face folder (config.json + safetensors). Errors name the

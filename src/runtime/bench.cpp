@@ -93,8 +93,6 @@ void tally_hybrid(const Model& model, Tally& t) {
     }
 }
 
-int max_threads() { return 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
-
 // Ids the benchmark may feed: normal and byte tokens below the model's vocabulary, minus BOS/EOS
 // and end-of-generation ids. Every id when there is no tokenizer.
 std::vector<int32_t> plain_token_ids(const Engine& engine) {
@@ -213,9 +211,12 @@ Status check_bench_params(const BenchParams& p, int64_t n_ctx_train) {
     if (p.reps <= 0) return make_error("bench: -r (repetitions) must be positive, got {}", p.reps);
     if (p.depth < 0) return make_error("bench: -d (decode depth) must be >= 0, got {}", p.depth);
     if (p.n_batch <= 0) return make_error("bench: the batch size must be positive, got {}", p.n_batch);
-    if (p.n_threads < 0 || p.n_threads > max_threads())
-        return make_error("bench: -t {} is not a thread count; pass -t between 1 and {} (or 0 for all cores)",
-                          p.n_threads, max_threads());
+    if (p.n_threads < 0 || p.n_threads > ThreadPool::max_thread_count())
+        return make_error(
+            "bench: -t {} is not a thread count here; pass -t between 1 and {} (4 x the {} cores; 0 "
+            "picks the default, {})",
+            p.n_threads, ThreadPool::max_thread_count(), ThreadPool::available_cores(),
+            ThreadPool::default_thread_count());
     if (p.roofline_gbps && !(*p.roofline_gbps > 0 && std::isfinite(*p.roofline_gbps)))
         return make_error("bench: --roofline-gbps must be a positive GB/s figure, got {}", *p.roofline_gbps);
     if (n_ctx_train > 0) {
@@ -283,7 +284,8 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
     PELICAN_ASSIGN(std::unique_ptr<ForwardPass> fwd,
                    create_forward_pass(engine, ForwardOptions{.n_ctx = r.n_ctx, .n_batch = p.n_batch}));
     const bool on_gpu = fwd->device_name() != "cpu";
-    ThreadPool threads(on_gpu ? 1 : p.n_threads);
+    PELICAN_ASSIGN(std::unique_ptr<ThreadPool> pool_owner, ThreadPool::create(on_gpu ? 1 : p.n_threads));
+    ThreadPool& threads = *pool_owner;
     r.n_threads = threads.size();
     // Decode step: feeds the token at pos without sampling. CPU: eval (logits to host memory, as
     // llama-bench's llama_decode); GPU: decode_no_logits (no host sync per step).

@@ -8,6 +8,7 @@
 #include "jinja/chat_template.h"
 #include "model/model.h"
 #include "pelican/engine.h"
+#include "runtime/chat_prompt.h"
 #include "runtime/eog.h"
 #include "runtime/forward_factory.h"
 #include "tokenizer/tokenizer.h"
@@ -51,7 +52,8 @@ Expected<Device> parse_device(std::string_view s) {
 
 Engine::~Engine() = default;
 
-Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const EngineOptions& opt) {
+Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path_in, const EngineOptions& opt) {
+    PELICAN_ASSIGN(const std::string path, resolve_model_path(path_in));
     std::unique_ptr<Engine> e(new Engine());
     e->path_ = path;
     // Device: cuda must work or fail with the reason; auto tries CUDA and falls back to the CPU.
@@ -100,6 +102,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
         e->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok).value());
     }
     e->eog_ids_ = find_end_of_generation_ids(*e->model_, e->tokenizer_.get(), n_vocab);
+    e->gen_defaults_ = load_generation_defaults(*e->model_);
+    for (const std::string& w : e->gen_defaults_.warnings) log_warn("{}", w);
     return e;
 }
 
@@ -113,18 +117,32 @@ Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_
                               EncodeOptions{.add_special = add_special, .parse_special = parse_special});
 }
 
-Expected<std::string> Engine::chat_prompt(std::string_view user_message) const {
-    PELICAN_ASSIGN(jinja::ModelChatTemplate tmpl, jinja::load_model_chat_template(path_));
-    if (tmpl.source.empty()) return make_error("{}: the model has no chat template", path_);
+namespace {
+
+Expected<ChatPrompt> render_user_message(const std::string& path, const Tokenizer* tok,
+                                         std::string_view user_message) {
+    if (!tok) return make_error("{}: no tokenizer loaded (a chat prompt needs one)", path);
+    PELICAN_ASSIGN(jinja::ModelChatTemplate tmpl, jinja::load_model_chat_template(path));
+    if (tmpl.source.empty()) return make_error("{}: the model has no chat template", path);
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     messages.push_back({{"role", "user"}, {"content", std::string(user_message)}});
     jinja::ChatTemplateOptions opt;
     opt.add_generation_prompt = true;
     opt.bos_token = tmpl.bos_token;
     opt.eos_token = tmpl.eos_token;
-    auto out = jinja::apply_chat_template(tmpl.source, messages, nlohmann::ordered_json(), opt);
-    if (!out) return make_error("{}: {}", tmpl.origin, out.error().message);
-    return std::move(out).value();
+    return render_chat_prompt(tmpl, messages, nlohmann::ordered_json(), opt, *tok);
+}
+
+}  // namespace
+
+Expected<std::string> Engine::chat_prompt(std::string_view user_message) const {
+    PELICAN_ASSIGN(ChatPrompt p, render_user_message(path_, tokenizer_.get(), user_message));
+    return std::move(p.text);
+}
+
+Expected<std::vector<int32_t>> Engine::chat_tokens(std::string_view user_message) const {
+    PELICAN_ASSIGN(ChatPrompt p, render_user_message(path_, tokenizer_.get(), user_message));
+    return tokenize_chat_prompt(p, *tokenizer_);
 }
 
 }  // namespace pelican

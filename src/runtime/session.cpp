@@ -53,7 +53,12 @@ void Session::reset() { history_.clear(); }
 
 Expected<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& opt) const {
     if (opt.n_ctx < 0) return make_error("context size must be positive, got {}", opt.n_ctx);
-    if (opt.n_threads < 0) return make_error("thread count must be positive, got {}", opt.n_threads);
+    if (opt.n_threads < 0 || opt.n_threads > ThreadPool::max_thread_count())
+        return make_error(
+            "{} compute threads requested; this machine has {} cores, so use 1 to {} (0 picks the "
+            "default, {})",
+            opt.n_threads, ThreadPool::available_cores(), ThreadPool::max_thread_count(),
+            ThreadPool::default_thread_count());
     if (opt.n_batch <= 0) return make_error("batch size must be positive, got {}", opt.n_batch);
     int64_t n_ctx = opt.n_ctx;
     if (n_ctx == 0) n_ctx = n_ctx_train() > 0 ? std::min<int64_t>(n_ctx_train(), 4096) : 4096;
@@ -63,7 +68,7 @@ Expected<std::unique_ptr<Session>> Engine::create_session(const SessionOptions& 
         impl->forward,
         create_forward_pass(*this, ForwardOptions{.n_ctx = n_ctx, .n_batch = opt.n_batch}, opt.device));
     // A GPU pass computes on the device: no CPU compute threads.
-    impl->pool = std::make_unique<ThreadPool>(impl->forward->device_name() == "cpu" ? opt.n_threads : 1);
+    PELICAN_ASSIGN(impl->pool, ThreadPool::create(impl->forward->device_name() == "cpu" ? opt.n_threads : 1));
     impl->logits.resize(static_cast<size_t>(model_->hparams().n_vocab));
     return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
@@ -96,12 +101,6 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
         return make_error(
             "generate: the prompt has {} tokens but the context holds {} (use a larger context)", n_prompt,
             ctx);
-    if (params.max_tokens > 0 && n_prompt + params.max_tokens > ctx)
-        return make_error(
-            "generate: prompt ({} tokens) + max_tokens ({}) = {} exceeds the context of {} tokens (use a "
-            "larger "
-            "context or fewer tokens)",
-            n_prompt, params.max_tokens, n_prompt + params.max_tokens, ctx);
     for (size_t i = 0; i < prompt.size(); ++i)
         if (prompt[i] < 0 || prompt[i] >= n_vocab)
             return make_error("generate: prompt token {} (index {}) is outside the vocabulary of {}",
@@ -115,6 +114,7 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     history_.resize(keep);
 
     GenerateResult r;
+    r.seed = sampler.seed();
     r.n_prompt = n_prompt;
     r.n_prompt_evaluated = n_prompt - static_cast<int64_t>(keep);
     const auto t0 = clock::now();
@@ -146,12 +146,14 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
             if (pending == kNoToken) return gpu->sample_last(gsp, window, u);
             PELICAN_ASSIGN(const int32_t t, gpu->decode_sample(pending, n_past(), gsp, window, u));
             history_.push_back(pending);
+            ++r.n_decode_steps;
             return t;
         }
 #endif
         if (pending != kNoToken) {
             const int32_t one[1] = {pending};
             PELICAN_ASSIGN(logits, eval(std::span<const int32_t>(one, 1)));
+            ++r.n_decode_steps;
         }
         std::copy(logits.begin(), logits.end(), impl_->logits.begin());
         return sampler.sample(impl_->logits);
@@ -159,6 +161,7 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
 
     const std::vector<int32_t>& eog = impl_->engine->end_of_generation_ids();
     TokenTextStream stream(impl_->engine->tokenizer(), params.stop);
+    // max_tokens, else one more than the context leaves room for (the last token is not run).
     const int64_t limit = params.max_tokens > 0 ? params.max_tokens : ctx - n_prompt + 1;
     for (int64_t i = 0;; ++i) {
         if (i == limit) {

@@ -4,27 +4,10 @@
 #include <algorithm>
 #include <array>
 
+#include "core/utf8.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pelican {
-
-size_t utf8_complete_prefix(const std::string& s) {
-    // Walk back over at most 3 continuation bytes to the last lead byte.
-    const size_t n = s.size();
-    for (size_t back = 1; back <= std::min<size_t>(4, n); ++back) {
-        const auto c = static_cast<unsigned char>(s[n - back]);
-        if ((c & 0xC0) == 0x80) continue;  // continuation byte
-        size_t need = 1;
-        if ((c & 0xE0) == 0xC0)
-            need = 2;
-        else if ((c & 0xF0) == 0xE0)
-            need = 3;
-        else if ((c & 0xF8) == 0xF0)
-            need = 4;
-        return need > back ? n - back : n;
-    }
-    return n;
-}
 
 TokenTextStream::TokenTextStream(const Tokenizer* tok, std::vector<std::string> stop) : tok_(tok) {
     for (auto& s : stop)
@@ -56,7 +39,7 @@ std::string TokenTextStream::token_piece(int32_t id) const {
 }
 
 size_t TokenTextStream::safe_length() const {
-    size_t safe = utf8_complete_prefix(pending_);
+    size_t safe = pending_.size();
     // Hold back a suffix that is a proper prefix of some stop string.
     for (const std::string& s : stop_) {
         const size_t max_k = std::min(s.size() - 1, pending_.size());
@@ -72,7 +55,7 @@ size_t TokenTextStream::safe_length() const {
 
 std::string TokenTextStream::push(int32_t id) {
     if (stopped_) return {};
-    pending_ += token_piece(id);
+    pending_ += repair_.push(token_piece(id));
     // A stop string may straddle earlier emitted text only within the held-back part, which
     // pending_ still holds; search there.
     size_t cut = std::string::npos;
@@ -93,6 +76,16 @@ std::string TokenTextStream::push(int32_t id) {
 
 std::string TokenTextStream::finish() {
     if (stopped_) return {};
+    // An unfinished sequence at the end becomes U+FFFD, as transformers' decode makes it. (A stop
+    // string cannot begin inside it: stop strings are matched on well-formed text.)
+    pending_ += repair_.finish();
+    for (const std::string& s : stop_) {
+        const size_t cut = pending_.find(s);
+        if (cut != std::string::npos) {
+            stopped_ = true;
+            pending_.resize(cut);
+        }
+    }
     std::string out = std::move(pending_);
     pending_.clear();
     emitted_ += out;

@@ -1,6 +1,7 @@
 // Incremental detokenization for streaming: turns generated token ids into text pieces that are
-// safe to print — whole UTF-8 characters only, and never text that might be the start of a stop
-// string. Control tokens produce no text.
+// safe to print — well-formed UTF-8 only (an unfinished character is held until its bytes arrive;
+// ill-formed bytes become U+FFFD, as transformers' decode does), and never text that might be the
+// start of a stop string. Control tokens produce no text.
 //
 //   TokenTextStream s(&tokenizer, {"\n\nUser:"});
 //   std::string piece = s.push(id);   // may be "" (held back)
@@ -11,6 +12,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "core/utf8.h"
 
 namespace pelican {
 
@@ -29,7 +32,8 @@ public:
     std::string push(int32_t id);
     // True once a stop string has been seen; push() then returns nothing more.
     bool stopped() const { return stopped_; }
-    // The text held back (an unfinished UTF-8 sequence or a stop-string prefix) unless stopped.
+    // The text held back (a stop-string prefix; an unfinished UTF-8 sequence as U+FFFD) unless
+    // stopped. A stop string completed by that text still stops (stopped() turns true).
     std::string finish();
     // Everything emitted so far (cut before the stop string).
     const std::string& text() const { return emitted_; }
@@ -41,13 +45,10 @@ private:
     std::vector<std::string> stop_;
     int32_t anchor_ = -1;    // a plain token decoded before each piece (see token_piece)
     size_t anchor_len_ = 0;  // bytes of the anchor's own text
-    std::string pending_;    // decoded, not yet emitted
+    Utf8Repair repair_;      // bytes of an unfinished character
+    std::string pending_;    // decoded (well-formed UTF-8), not yet emitted
     std::string emitted_;
     bool stopped_ = false;
 };
-
-// Length of the longest prefix of s that does not end inside a UTF-8 sequence (an incomplete
-// trailing sequence of up to 3 bytes is excluded; invalid bytes count as complete).
-size_t utf8_complete_prefix(const std::string& s);
 
 }  // namespace pelican

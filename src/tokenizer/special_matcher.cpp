@@ -43,14 +43,28 @@ int32_t SpecialMatcher::child(int32_t node, uint8_t b) const {
     return it != ch.end() && it->first == b ? it->second : -1;
 }
 
-SpecialMatcher::Match SpecialMatcher::find(std::string_view text, size_t from, bool parse_special) const {
+namespace {
+
+// True when [b, e) overlaps one of the sorted, disjoint ranges.
+bool overlaps(std::span<const TextRange> ranges, size_t b, size_t e) {
+    // The first range that ends after b; it overlaps when it begins before e.
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), b,
+                               [](size_t pos, const TextRange& r) { return pos < r.end; });
+    return it != ranges.end() && it->begin < e;
+}
+
+}  // namespace
+
+SpecialMatcher::Match SpecialMatcher::find(std::string_view text, size_t from, bool parse_special,
+                                           std::span<const TextRange> plain) const {
     Match best;
     if (empty() || (!parse_special && !any_always_)) return best;
     for (size_t pos = from; pos < text.size(); ++pos) {
         int32_t node = root_[static_cast<uint8_t>(text[pos])];
         for (size_t i = pos + 1; node >= 0; ++i) {
             const Node& n = nodes_[node];
-            if (n.id >= 0 && (parse_special || n.always)) best = {pos, i - pos, n.id};
+            if (n.id >= 0 && (n.always || (parse_special && !overlaps(plain, pos, i))))
+                best = {pos, i - pos, n.id};
             if (i >= text.size()) break;
             node = child(node, static_cast<uint8_t>(text[i]));
         }

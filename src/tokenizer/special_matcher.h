@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -22,8 +23,10 @@ struct SpecialMatcher {
 
     static SpecialMatcher build(const TokenizerSpec& spec);
 
-    // First match at or after `from`; id -1 when there is none.
-    Match find(std::string_view text, size_t from, bool parse_special) const;
+    // First match at or after `from`; id -1 when there is none. A Control/Unknown token must not
+    // overlap any of `plain` (sorted, disjoint byte ranges of untrusted text).
+    Match find(std::string_view text, size_t from, bool parse_special,
+               std::span<const TextRange> plain = {}) const;
     bool empty() const { return nodes_.size() <= 1; }
 
 private:

@@ -71,7 +71,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
     bool after_special = true;
     size_t pos = 0;
     while (pos < text.size()) {
-        const SpecialMatcher::Match m = specials_->find(text, pos, opt.parse_special);
+        const SpecialMatcher::Match m = specials_->find(text, pos, opt.parse_special, opt.plain_ranges);
         const size_t end = m.id >= 0 ? m.pos : text.size();
         if (end > pos) {
             model_->encode_fragment(text.substr(pos, end - pos), after_special, out);
@@ -100,6 +100,24 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
         out += piece;
     }
     return out;
+}
+
+std::vector<TextRange> Tokenizer::find_special_texts(std::string_view text) const {
+    std::vector<TextRange> out;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        const SpecialMatcher::Match m = specials_->find(text, pos, /*parse_special=*/true);
+        if (m.id < 0) break;
+        if (is_special(m.id)) out.push_back({m.pos, m.pos + m.len});
+        pos = m.pos + m.len;
+    }
+    return out;
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+    if (id < 0 || id >= n_vocab()) return false;
+    const TokenType t = spec_->types[static_cast<size_t>(id)];
+    return t == TokenType::Control || t == TokenType::Unknown;
 }
 
 std::string Tokenizer::token_text(int32_t id) const {

@@ -41,6 +41,11 @@ Expected<std::unique_ptr<TokenizerModel>> make_wordpiece_model(const TokenizerSp
 struct EncodeOptions {
     bool add_special = false;    // add BOS/EOS as the spec says (add_bos / add_eos)
     bool parse_special = false;  // match control/special token texts in the input as single ids
+    // With parse_special: ranges of untrusted text (a chat message's content inside a rendered
+    // template) where control/special token texts are NOT matched: a control token is recognized
+    // only when its text overlaps none of them. User-defined added tokens are matched everywhere,
+    // as without parse_special. Sorted by begin, not overlapping.
+    std::span<const TextRange> plain_ranges = {};
 };
 
 class Tokenizer {
@@ -57,6 +62,10 @@ public:
     // Control tokens print their text unless skip_special; out-of-range ids are skipped.
     std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
     std::string token_text(int32_t id) const;  // raw stored text of a token
+    // Where `text` holds control/unknown token texts that parse_special would match, in order.
+    std::vector<TextRange> find_special_texts(std::string_view text) const;
+    // True for ids of control or unknown tokens (those only parse_special matches).
+    bool is_special(int32_t id) const;
 
     const TokenizerSpec& spec() const { return *spec_; }
     int32_t n_vocab() const { return static_cast<int32_t>(spec_->tokens.size()); }

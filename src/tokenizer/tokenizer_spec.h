@@ -2,12 +2,18 @@
 // Hugging Face tokenizer.json + tokenizer_config.json). Loaders fill it; models consume it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace pelican {
+
+// A byte range [begin, end) of a text (EncodeOptions::plain_ranges).
+struct TextRange {
+    size_t begin = 0, end = 0;
+};
 
 // GGUF tokenizer.ggml.token_type values.
 enum class TokenType : int32_t {

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "pelican/engine.h"
+#include "core/utf8.h"
 #include "runtime/text_stream.h"
 #include "tokenizer/tokenizer.h"
 
@@ -16,17 +17,6 @@ namespace fs = std::filesystem;
 const std::string kModel = (fs::path(PELICAN_SOURCE_DIR) / "tests" / "golden" / "llama").string();
 
 bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
-
-TEST(TextStream, Utf8CompletePrefix) {
-    EXPECT_EQ(utf8_complete_prefix(""), 0u);
-    EXPECT_EQ(utf8_complete_prefix("abc"), 3u);
-    EXPECT_EQ(utf8_complete_prefix("a\xC3"), 1u);              // é cut after its lead byte
-    EXPECT_EQ(utf8_complete_prefix("a\xC3\xA9"), 3u);          // é whole
-    EXPECT_EQ(utf8_complete_prefix("a\xE2\x82"), 1u);          // € cut
-    EXPECT_EQ(utf8_complete_prefix("\xF0\x9F\x98\x80"), 4u);   // 😀 whole
-    EXPECT_EQ(utf8_complete_prefix("\xF0\x9F\x98"), 0u);       // 😀 cut
-    EXPECT_EQ(utf8_complete_prefix("a\x80\x80\x80\x80"), 5u);  // stray continuation bytes pass
-}
 
 class WithModel : public ::testing::Test {
 protected:
@@ -58,12 +48,50 @@ TEST_F(WithModel, StreamPiecesConcatenateToDecode) {
     std::string out;
     for (int32_t id : ids) {
         const std::string piece = s.push(id);
-        EXPECT_EQ(utf8_complete_prefix(piece), piece.size()) << "piece ends inside a character";
+        EXPECT_TRUE(utf8_valid(piece)) << "piece ends inside a character";
         out += piece;
     }
     out += s.finish();
     EXPECT_EQ(out, tok.decode(ids, true));
     EXPECT_EQ(out, text);
+}
+
+// Byte tokens that do not form a character (sampling can pick them) come out as U+FFFD, never as
+// raw bytes: a lead byte followed by a letter, a stray continuation byte, and a character cut at
+// the end.
+TEST_F(WithModel, StreamRepairsIllFormedByteTokens) {
+    const Tokenizer& tok = *engine_->tokenizer();
+    auto byte_token = [&](int b) {  // a token whose text is that one byte (byte-level BPE or SPM byte)
+        const std::string text(1, static_cast<char>(b));
+        for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+            const int32_t one[1] = {id};
+            if (tok.decode(one) == text) return id;
+        }
+        return -1;
+    };
+    const int32_t c3 = byte_token(0xC3), a9 = byte_token(0xA9), f0 = byte_token(0xF0), x9f = byte_token(0x9F);
+    if (c3 < 0 || a9 < 0 || f0 < 0 || x9f < 0) GTEST_SKIP() << "the fixture has no byte tokens";
+    const std::vector<int32_t> letters = tok.encode("ab");
+    ASSERT_FALSE(letters.empty());
+    std::vector<int32_t> ids{c3, a9};                       // "é": whole
+    ids.push_back(c3);                                      // lead byte ...
+    ids.insert(ids.end(), letters.begin(), letters.end());  // ... followed by letters
+    ids.push_back(a9);                                      // a stray continuation byte
+    ids.push_back(f0);
+    ids.push_back(x9f);  // 😀 cut after two of its four bytes, at the end
+    TokenTextStream s(&tok, {});
+    std::string out;
+    for (int32_t id : ids) {
+        const std::string piece = s.push(id);
+        EXPECT_TRUE(utf8_valid(piece)) << "ill-formed piece";
+        out += piece;
+    }
+    out += s.finish();
+    EXPECT_TRUE(utf8_valid(out));
+    const std::string fffd = "\xEF\xBF\xBD";
+    std::string letters_text;  // the letters' text as pieces after other text (SPM keeps the space)
+    for (int32_t id : letters) letters_text += s.token_piece(id);
+    EXPECT_EQ(out, "\xC3\xA9" + fffd + letters_text + fffd + fffd);
 }
 
 TEST_F(WithModel, StreamStopsAtStopString) {
@@ -163,9 +191,19 @@ TEST_F(WithModel, StopStringEndsGeneration) {
 TEST_F(WithModel, ErrorsAreReported) {
     auto s = session(16);
     ASSERT_TRUE(s);
-    auto r = s->generate("def forward(self", greedy(20));  // prompt + 20 > 16
+    // One rule for the context: generation ends when it is full, whatever max_tokens says.
+    GenerateParams long_run = greedy(20);  // prompt + 20 > 16
+    long_run.ignore_eos = true;
+    auto r = s->generate("def forward(self", long_run);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->stop, StopReason::kContextFull);
+    EXPECT_EQ(static_cast<int64_t>(r->tokens.size()) + r->n_prompt, s->n_ctx() + 1);
+    EXPECT_EQ(r->n_decode_steps, static_cast<int64_t>(r->tokens.size()) - 1);
+    // A prompt that does not fit is an error.
+    std::vector<int32_t> too_long(17, 1);
+    r = s->generate(std::span<const int32_t>(too_long), greedy(1));
     ASSERT_FALSE(r.ok());
-    EXPECT_TRUE(contains(r.error().message, "exceeds the context of 16")) << r.error().message;
+    EXPECT_TRUE(contains(r.error().message, "context holds 16")) << r.error().message;
     r = s->generate("x", greedy(0));
     ASSERT_FALSE(r.ok());
     EXPECT_TRUE(contains(r.error().message, "max_tokens")) << r.error().message;

@@ -84,7 +84,8 @@ ReadBandwidth measure_read_bandwidth(std::span<const uint8_t> buf, ThreadPool& p
 }
 
 Expected<ReadBandwidth> probe_read_bandwidth(int n_threads, size_t bytes, double min_seconds) {
-    ThreadPool pool(n_threads);
+    PELICAN_ASSIGN(std::unique_ptr<ThreadPool> pool_owner, ThreadPool::create(n_threads));
+    ThreadPool& pool = *pool_owner;
     const size_t floor = std::min(bytes, kReadProbeMinBytes);
     size_t size = bytes;
     Expected<ReadProbeBuffer> buf = ReadProbeBuffer::allocate(size, pool);
