@@ -35,7 +35,9 @@ private:
 
 // Reads a whole file into a string (for small text files: json, jinja).
 Expected<std::string> read_text_file(const std::string& path);
-// Writes bytes to path atomically (temp file + rename) so a failure never leaves a half file.
-Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+// Writes bytes to path atomically (a unique temporary next to it, then rename) so a failure never leaves
+// a half file. The path follows core/output_file.h: a new file, or (force) a writable regular file,
+// whose mode is kept; never a folder, link, device or FIFO.
+Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, bool force = true);
 
 }  // namespace pelican
