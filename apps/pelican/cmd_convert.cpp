@@ -6,6 +6,10 @@
 // (config.json-style keys in JSON, a file or inline text) with the vocabulary of VOCAB (GGUF,
 // tokenizer.json or HF folder). Types: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (see
 // src/convert/tensor_plan.h for which tensors get which type). Ctrl-C leaves no partial file.
+//
+// OUT must be a new file, or with --force an existing regular file the user may write (its mode is
+// kept); never a folder, link, device, FIFO, socket, '-' or one of the inputs (core/output_file.h).
+// These checks run before anything is read or planned.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -31,6 +35,7 @@ struct ConvertArgs {
     uint64_t seed = 0;
     int threads = 0;
     bool no_progress = false;
+    bool force = false;
 };
 
 Expected<ConvertJob> plan(const ConvertArgs& a, const ConvertOptions& opt) {
@@ -54,9 +59,6 @@ Expected<ConvertJob> plan(const ConvertArgs& a, const ConvertOptions& opt) {
     }
     if (a.input.empty())
         return make_error("convert: give an input (HF folder or GGUF file) or --synthetic ARCH");
-    std::error_code ec;
-    if (std::filesystem::exists(a.output, ec) && std::filesystem::equivalent(a.input, a.output, ec))
-        return make_error("convert: the output {} would overwrite the input", a.output);
     return plan_convert(a.input, opt);
 }
 
@@ -68,6 +70,12 @@ int run_convert(const ConvertArgs& a) {
     opt.name = a.name;
     opt.emit.threads = a.threads;
     opt.emit.progress = !a.no_progress;
+    opt.emit.force = a.force;
+    // Before any planning: a refused output must not cost a 20 GB read.
+    const std::string config_file = a.config.find('{') == std::string::npos ? a.config : "";
+    const Status out_ok = check_convert_output(a.output, {a.input, a.vocab, config_file}, opt.emit);
+    if (!out_ok.ok()) return report_error("convert: " + out_ok.error().message);
+
     InterruptGuard guard;
     opt.emit.cancel = &interrupt_flag();
     auto job = plan(a, opt);
@@ -83,8 +91,20 @@ void setup(CLI::App& app) {
     auto args = std::make_shared<ConvertArgs>();
     auto* sub =
         app.add_subcommand("convert", "Convert an HF folder or GGUF to GGUF, or write a synthetic model");
+    sub->footer(
+        "OUT must be a regular file or not exist. Refused before anything is read: '-' (convert cannot "
+        "write to stdout), a folder, device, FIFO, socket or symbolic link (never followed or replaced), "
+        "a parent folder that is missing or not writable, the input, and an existing file unless --force "
+        "(a read-only one even with it). The model is written to .OUT.tmp.PID.N next to OUT and renamed "
+        "onto OUT at the end; an error or Ctrl-C removes it.");
     sub->add_option("input", args->input, "Hugging Face folder or GGUF file");
-    sub->add_option("-o,--output", args->output, "Output GGUF file")->required();
+    sub->add_option("-o,--output", args->output,
+                    "Output GGUF file: a new file, or an existing one with --force (never a folder, link, "
+                    "device, FIFO, '-' or the input)")
+        ->required();
+    sub->add_flag(
+        "-f,--force", args->force,
+        "Replace an existing output file (it must be a regular file you may write; its mode is kept)");
     sub->add_option("-t,--type", args->type,
                     "Output type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (default f16)");
     sub->add_option("--name", args->name, "general.name (default: the input's name)");

@@ -36,9 +36,7 @@ namespace pelican {
 class Model;
 class Tokenizer;
 class Session;
-namespace cuda {
-class GpuModel;
-}
+class DeviceModel;
 
 enum class Device { kAuto, kCpu, kCuda };
 std::string_view device_name(Device d);  // "auto", "cpu", "cuda"
@@ -129,8 +127,8 @@ public:
     // "cpu" or "cuda: NVIDIA H200 (sm_90, 139.8 GiB)".
     Device device() const { return device_; }
     const std::string& device_description() const { return device_desc_; }
-    // The weights on the GPU (nullptr unless device() is cuda).
-    const std::shared_ptr<const cuda::GpuModel>& gpu_model() const { return gpu_model_; }
+    // The weights on the GPU (nullptr unless device() is cuda), as the backend holds them.
+    const std::shared_ptr<const DeviceModel>& gpu_model() const { return gpu_model_; }
 
 private:
     Engine() = default;
@@ -138,7 +136,7 @@ private:
     Device device_ = Device::kCpu;
     std::string device_desc_ = "cpu";
     std::unique_ptr<Model> model_;
-    std::shared_ptr<const cuda::GpuModel> gpu_model_;  // after model_: released before it
+    std::shared_ptr<const DeviceModel> gpu_model_;  // after model_: released before it
     std::unique_ptr<Tokenizer> tokenizer_;
     std::vector<int32_t> eog_ids_;
     GenerationDefaults gen_defaults_;

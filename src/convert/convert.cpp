@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/log.h"
+#include "core/output_file.h"
 #include "formats/hf_folder.h"
 
 namespace pelican {
@@ -37,11 +38,16 @@ Expected<EmitStats> write_job(const ConvertJob& job, const std::string& output, 
     return emit_gguf(output, job.kvs, job.tensors, opt);
 }
 
+Status check_convert_output(const std::string& output, const std::vector<std::string>& inputs,
+                            const EmitOptions& opt) {
+    for (const std::string& in : inputs) PELICAN_TRY(check_output_not_input(output, in));
+    if (opt.fd >= 0) return {};  // written into the descriptor, not to a path
+    return check_output_path(output, opt.force);
+}
+
 Expected<EmitStats> convert_model(const std::string& input, const std::string& output,
                                   const ConvertOptions& opt) {
-    std::error_code ec;
-    if (std::filesystem::exists(output, ec) && std::filesystem::equivalent(input, output, ec))
-        return make_error("{}: the output would overwrite the input", output);
+    PELICAN_TRY(check_convert_output(output, {input}, opt.emit));
     PELICAN_ASSIGN(ConvertJob job, plan_convert(input, opt));
     return write_job(job, output, opt.emit);
 }

@@ -40,7 +40,12 @@ Expected<ConvertJob> plan_convert(const std::string& input, const ConvertOptions
 Expected<ConvertJob> plan_convert_hf(const std::string& folder, const ConvertOptions& opt);
 Expected<ConvertJob> plan_convert_gguf(const std::string& path, const ConvertOptions& opt);
 
-// Plans then writes `output`. Notes go to stderr as warnings.
+// The checks made before any planning (core/output_file.h): output is not one of the inputs (a file or
+// the files of an HF folder; empty names are skipped) and may be written (opt.force: replace it).
+Status check_convert_output(const std::string& output, const std::vector<std::string>& inputs,
+                            const EmitOptions& opt);
+
+// check_convert_output, then plans and writes `output`. Notes go to stderr as warnings.
 Expected<EmitStats> convert_model(const std::string& input, const std::string& output,
                                   const ConvertOptions& opt);
 

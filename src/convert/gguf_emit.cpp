@@ -116,10 +116,7 @@ Expected<EmitStats> emit_gguf(const std::string& path, const std::vector<GgufKV>
     if (opt.fd >= 0) {
         PELICAN_TRY(w.begin_fd(opt.fd, path));
     } else {
-        const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-        if (!parent.empty() && !std::filesystem::is_directory(parent))
-            return make_error("cannot write '{}': folder '{}' does not exist", path, parent.string());
-        PELICAN_TRY(w.begin(path));
+        PELICAN_TRY(w.begin(path, opt.force));  // the output rules of core/output_file.h
     }
 
     PELICAN_ASSIGN(std::unique_ptr<ThreadPool> pool_owner, ThreadPool::create(opt.threads));

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/format_bytes.h"
+#include "core/output_file.h"
 
 namespace pelican {
 
@@ -88,22 +89,12 @@ Expected<std::string> read_text_file(const std::string& path, size_t max_bytes) 
     return out;
 }
 
-Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
-    std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) return make_error("cannot create '{}': {}", tmp, std::strerror(errno));
-    size_t w = bytes.empty() ? 0 : std::fwrite(bytes.data(), 1, bytes.size(), f);
-    bool bad = (w != bytes.size()) || std::fflush(f) != 0;
-    bad |= std::fclose(f) != 0;
-    if (bad) {
-        std::remove(tmp.c_str());
-        return make_error("cannot write '{}' ({} bytes): disk full?", path, bytes.size());
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        return make_error("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(errno));
-    }
-    return {};
+Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, bool force) {
+    PELICAN_ASSIGN(OutputFile out, OutputFile::create(path, force));
+    const size_t w = bytes.empty() ? 0 : std::fwrite(bytes.data(), 1, bytes.size(), out.stream());
+    if (w != bytes.size())  // out's destructor removes the temporary
+        return make_error("cannot write '{}' ({} bytes): {}", path, bytes.size(), std::strerror(errno));
+    return out.commit();
 }
 
 }  // namespace pelican

@@ -40,7 +40,9 @@ inline constexpr size_t kMaxTextFileBytes = size_t{256} << 20;
 Expected<std::string> read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
 // The same from an open stream (stdin); `name` names it in errors.
 Expected<std::string> read_text_stream(std::FILE* f, const std::string& name, size_t max_bytes);
-// Writes bytes to path atomically (temp file + rename) so a failure never leaves a half file.
-Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+// Writes bytes to path atomically (a unique temporary next to it, then rename) so a failure never leaves
+// a half file. The path follows core/output_file.h: a new file, or (force) a writable regular file,
+// whose mode is kept; never a folder, link, device or FIFO.
+Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, bool force = true);
 
 }  // namespace pelican

@@ -147,10 +147,7 @@ GgufValue gguf_string_array(const std::vector<std::string>& v) {
 }
 
 GgufWriter::~GgufWriter() {
-    if (out_) {
-        std::fclose(out_);
-        if (!tmp_path_.empty()) std::remove(tmp_path_.c_str());
-    }
+    if (out_ && !file_.is_open()) std::fclose(out_);  // begin_fd's stream; file_ removes its temporary
 }
 
 Status GgufWriter::add_kv(std::string key, GgufValue value) {
@@ -239,18 +236,16 @@ uint64_t GgufWriter::file_size() const {
 }
 
 Status GgufWriter::fail_stream(Error e) {
-    if (out_) {
-        std::fclose(out_);
-        out_ = nullptr;
-        if (!tmp_path_.empty()) std::remove(tmp_path_.c_str());
-    }
+    if (out_ && !file_.is_open()) std::fclose(out_);
+    out_ = nullptr;
+    file_.discard();
     return e;
 }
 
 Status GgufWriter::put(std::span<const uint8_t> bytes) {
     if (bytes.empty()) return {};
     if (std::fwrite(bytes.data(), 1, bytes.size(), out_) != bytes.size())
-        return fail_stream(make_error("cannot write '{}': {}", tmp_path_, std::strerror(errno)));
+        return fail_stream(make_error("cannot write '{}': {}", path_, std::strerror(errno)));
     return {};
 }
 
@@ -273,13 +268,12 @@ Status GgufWriter::write_header() {
     return {};
 }
 
-Status GgufWriter::begin(const std::string& path) {
+Status GgufWriter::begin(const std::string& path, bool force) {
     if (out_ || !path_.empty()) return make_error("GGUF writer: begin() called twice");
     if (version_ != 2 && version_ != 3) return make_error("GGUF writer: cannot write version {}", version_);
     path_ = path;
-    tmp_path_ = path + ".tmp";
-    out_ = std::fopen(tmp_path_.c_str(), "wb");
-    if (!out_) return make_error("cannot create '{}': {}", tmp_path_, std::strerror(errno));
+    PELICAN_ASSIGN(file_, OutputFile::create(path, force));
+    out_ = file_.stream();
     return write_header();
 }
 
@@ -294,7 +288,7 @@ Status GgufWriter::begin_fd(int fd, const std::string& name) {
         ::close(dup_fd);
         return make_error("cannot write '{}': {}", name, std::strerror(e));
     }
-    path_ = name;  // tmp_path_ stays empty: no rename, nothing to remove
+    path_ = name;  // file_ stays closed: no rename, nothing to remove
     return write_header();
 }
 
@@ -326,19 +320,15 @@ Status GgufWriter::finish() {
     if (cur_ < tensors_.size())
         return fail_stream(make_error("GGUF writer '{}': tensor '{}' got {} of {} bytes", path_,
                                       tensors_[cur_].name, cur_written_, tensors_[cur_].n_bytes));
+    if (file_.is_open()) {
+        out_ = nullptr;
+        return file_.commit();  // flush, fsync, rename; removes the temporary on failure
+    }
+    // begin_fd: written in place.
     bool bad = std::fflush(out_) != 0 || ::fsync(fileno(out_)) != 0;
     bad |= std::fclose(out_) != 0;
     out_ = nullptr;
-    if (bad) {
-        if (!tmp_path_.empty()) std::remove(tmp_path_.c_str());
-        return make_error("cannot write '{}': {}", path_, std::strerror(errno));
-    }
-    if (tmp_path_.empty()) return {};  // begin_fd: written in place
-    if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-        int e = errno;
-        std::remove(tmp_path_.c_str());
-        return make_error("cannot rename '{}' to '{}': {}", tmp_path_, path_, std::strerror(e));
-    }
+    if (bad) return make_error("cannot write '{}': {}", path_, std::strerror(errno));
     return {};
 }
 
@@ -370,10 +360,10 @@ Status fill_writer(const GgufFile& f, GgufWriter& w) {
 
 }  // namespace
 
-Status write_gguf(const GgufFile& f, const std::string& path) {
+Status write_gguf(const GgufFile& f, const std::string& path, bool force) {
     GgufWriter w(f.version());
     PELICAN_TRY(fill_writer(f, w));
-    PELICAN_TRY(w.begin(path));
+    PELICAN_TRY(w.begin(path, force));
     for (const auto& t : f.tensors()) PELICAN_TRY(w.write_tensor_data(f.tensor_data(t)));
     return w.finish();
 }

@@ -4,9 +4,12 @@
 //   GgufWriter w;
 //   w.add_kv("general.architecture", gguf_string("llama"));
 //   w.add_tensor("token_embd.weight", DType::Q4_K, {4096, 32000});
-//   w.begin("out.gguf");                 // writes header, KVs, tensor infos, padding to out.gguf.tmp
+//   w.begin("out.gguf", force);          // writes header, KVs, tensor infos, padding to a temporary
 //   w.write_tensor_data(chunk) ...       // bytes of tensor 0, then tensor 1, ...
 //   w.finish();                          // pads, flushes, fsyncs, renames onto out.gguf
+//
+// The output follows core/output_file.h: a new file or (force) a writable regular file, written through a
+// unique temporary next to it that is removed on any error.
 //
 // Layout: tensor i starts at align(end of tensor i-1), the data section at align(end of tensor infos),
 // alignment from general.alignment (default 32); zero padding follows every tensor. A file with no
@@ -19,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/output_file.h"
 #include "formats/gguf.h"
 
 namespace pelican {
@@ -53,7 +57,8 @@ public:
     uint64_t data_offset() const;  // absolute offset of the data section
     uint64_t file_size() const;
 
-    Status begin(const std::string& path);
+    // Errors: the output rules of check_output_path (force: replace an existing file).
+    Status begin(const std::string& path, bool force = false);
     // As begin(), but writes straight into the open descriptor fd (a duplicate of it, from offset 0;
     // e.g. a memfd), without the temporary file and rename; name is for messages only.
     Status begin_fd(int fd, const std::string& name);
@@ -77,16 +82,17 @@ private:
     uint64_t data_end_ = 0;  // end of the last tensor, relative to the data section (unpadded)
 
     // Streaming state.
-    Status write_header();  // header, KVs, tensor infos and padding to the data section (begin*)
-    std::FILE* out_ = nullptr;
-    std::string path_, tmp_path_;
+    Status write_header();      // header, KVs, tensor infos and padding to the data section (begin*)
+    OutputFile file_;           // begin(): the temporary, renamed by finish()
+    std::FILE* out_ = nullptr;  // file_'s stream, or (begin_fd) a stream on a duplicate of the fd
+    std::string path_;
     size_t cur_ = 0;            // tensor being written
     uint64_t cur_written_ = 0;  // bytes of tensors_[cur_] written so far
 };
 
 // Writes a read file back out: same version, KVs, tensor order and bytes. Files laid out as this
-// writer lays them out (llama.cpp's layout) come back byte-identical.
-Status write_gguf(const GgufFile& f, const std::string& path);
+// writer lays them out (llama.cpp's layout) come back byte-identical. force: as GgufWriter::begin.
+Status write_gguf(const GgufFile& f, const std::string& path, bool force = false);
 Expected<std::vector<uint8_t>> gguf_to_bytes(const GgufFile& f);
 
 }  // namespace pelican

@@ -118,13 +118,16 @@ SafetensorsWriteTensor to_write_tensor(const SafetensorsTensor& t);
 // Metadata is written only when non-empty or when always_write_metadata is set.
 struct SafetensorsWriteOptions {
     bool always_write_metadata = false;
+    bool force = true;  // safetensors_write: replace an existing file (core/output_file.h rules)
 };
 
 // Serializes to memory (small files, tests).
 Expected<std::vector<uint8_t>> safetensors_serialize(std::vector<SafetensorsWriteTensor> tensors,
                                                      const std::map<std::string, std::string>& metadata,
                                                      SafetensorsWriteOptions opts = {});
-// Streams to path through a temporary file renamed on success (never leaves a half file).
+// Streams to path through a unique temporary next to it, renamed on success (never leaves a half file).
+// The path follows core/output_file.h: a new file, or (opts.force) a writable regular file, whose mode
+// is kept; never a folder, link, device or FIFO.
 Status safetensors_write(const std::string& path, std::vector<SafetensorsWriteTensor> tensors,
                          const std::map<std::string, std::string>& metadata,
                          SafetensorsWriteOptions opts = {});

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/output_file.h"
 #include "formats/safetensors.h"
 
 namespace pelican {
@@ -104,28 +105,18 @@ Expected<std::vector<uint8_t>> safetensors_serialize(std::vector<SafetensorsWrit
 Status safetensors_write(const std::string& path, std::vector<SafetensorsWriteTensor> tensors,
                          const std::map<std::string, std::string>& metadata, SafetensorsWriteOptions opts) {
     PELICAN_ASSIGN(Prepared p, prepare(std::move(tensors), metadata, opts));
-    std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) return make_error("cannot create '{}': {}", tmp, std::strerror(errno));
+    PELICAN_ASSIGN(OutputFile out, OutputFile::create(path, opts.force));
+    std::FILE* f = out.stream();
     uint8_t len[8];
     put_u64_le(len, p.header.size());
     bool ok = std::fwrite(len, 1, 8, f) == 8;
     ok = ok && std::fwrite(p.header.data(), 1, p.header.size(), f) == p.header.size();
     for (const auto& t : p.tensors)
         if (ok && !t.data.empty()) ok = std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size();
-    ok = std::fflush(f) == 0 && ok;
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok) {
-        std::remove(tmp.c_str());
-        return make_error("cannot write '{}' ({} bytes): disk full?", path,
-                          8 + p.header.size() + p.data_bytes);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        int e = errno;
-        std::remove(tmp.c_str());
-        return make_error("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(e));
-    }
-    return {};
+    if (!ok)  // out's destructor removes the temporary
+        return make_error("cannot write '{}' ({} bytes): {}", path, 8 + p.header.size() + p.data_bytes,
+                          std::strerror(errno));
+    return out.commit();
 }
 
 }  // namespace pelican

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cache_info.h"
 #include "backend/cpu/mem_bandwidth.h"
 #include "core/thread_pool.h"
 #include "model/hybrid_hparams.h"
@@ -23,12 +24,6 @@
 #include "runtime/forward_factory.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_spec.h"
-
-#ifdef PELICAN_HAVE_CUDA
-#include "backend/cuda/cuda_forward.h"
-#include "backend/cuda/cuda_hybrid_forward.h"
-#include "backend/cuda/device_info.h"
-#endif
 
 namespace pelican {
 namespace {
@@ -288,25 +283,13 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
     ThreadPool& threads = *pool_owner;
     r.n_threads = threads.size();
     // Decode step: feeds the token at pos without sampling. CPU: eval (logits to host memory, as
-    // llama-bench's llama_decode); GPU: decode_no_logits (no host sync per step).
-    std::function<Status(int32_t, int64_t)> step = [&](int32_t tok, int64_t pos) {
-        return fwd->eval(std::span<const int32_t>(&tok, 1), pos, threads);
-    };
-#ifdef PELICAN_HAVE_CUDA
-    // GPU passes: the weight bytes one step reads as uploaded (hybrid: k of the E routed experts) and
-    // the KV cache's element type.
-    const auto gpu_bytes = [&](const auto& pass) {
-        r.model.decode_weight_bytes = static_cast<int64_t>(pass.weights().decode_read_bytes());
-        r.kv = decode_kv_bytes(engine.model(), p.depth, p.n_gen, pass.kv_type() == DType::F32 ? 4 : 2);
-        r.kv_type = std::string(dtype_name(pass.kv_type()));
-    };
-    if (auto* cf = dynamic_cast<cuda::CudaForward*>(fwd.get())) {
-        step = [cf](int32_t tok, int64_t pos) { return cf->decode_no_logits(tok, pos); };
-        gpu_bytes(*cf);
-    } else if (auto* hf = dynamic_cast<cuda::CudaHybridForward*>(fwd.get())) {
-        gpu_bytes(*hf);  // its eval of one token is the graph-replayed step, without a host sync
-    }
-#endif
+    // llama-bench's llama_decode); GPU: no logits copy and no host sync per step.
+    const auto step = [&](int32_t tok, int64_t pos) { return fwd->decode_no_logits(tok, pos, threads); };
+    // A device pass counts the weight bytes of its own layout (hybrid: k of the E routed experts)
+    // and reads its KV cache at its element size.
+    if (fwd->decode_weight_bytes() >= 0) r.model.decode_weight_bytes = fwd->decode_weight_bytes();
+    r.kv = decode_kv_bytes(engine.model(), p.depth, p.n_gen, fwd->kv_elem_bytes());
+    r.kv_type = std::string(fwd->kv_type_name());
 
     std::mt19937_64 rng(p.seed);
     std::uniform_int_distribution<size_t> pick(0, pool.size() - 1);
@@ -346,30 +329,40 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
     r.gbps =
         (static_cast<double>(r.model.decode_weight_bytes) + r.kv.bytes_per_token) * r.decode.median / 1e9;
 
+    // A CPU working set that fits in the last-level cache never streams from memory: a bandwidth
+    // roofline says nothing about it (a 6 MB model "reached" 158% of it), so none is given.
+    const double bytes_per_token = static_cast<double>(r.model.decode_weight_bytes) + r.kv.bytes_per_token;
+    if (!on_gpu) r.llc_bytes = cpu::last_level_cache_bytes();
+    r.fits_in_cache = !on_gpu && r.llc_bytes > 0 && bytes_per_token <= static_cast<double>(r.llc_bytes);
     // The roofline, after the timed runs (the session's threads are idle by now), same thread count.
+    const std::string in_cache = fmt::format(
+        "the {} read per token fit in the {} last-level cache, so decode does not stream from memory",
+        human_bytes(bytes_per_token), human_bytes(static_cast<double>(r.llc_bytes)));
     if (p.roofline_gbps) {
         r.roofline_gbps = *p.roofline_gbps;
-        r.roofline_source = "given with --roofline-gbps";
-    } else if (p.measure_roofline && on_gpu) {
-#ifdef PELICAN_HAVE_CUDA
+        r.roofline_source = r.fits_in_cache ? "given with --roofline-gbps; " + in_cache
+                                            : std::string("given with --roofline-gbps");
+    } else if (!p.measure_roofline) {
+        r.roofline_source = "skipped (--no-roofline)";
+    } else if (r.fits_in_cache) {
+        r.roofline_source = "does not apply: " + in_cache;
+    } else if (on_gpu) {
         constexpr size_t kBytes = size_t{1} << 30;
         constexpr int kPasses = 10;
-        r.roofline_gbps = cuda::measure_copy_bandwidth_gbps(kBytes, kPasses);
+        PELICAN_ASSIGN(DeviceBackend * gpu, cuda_backend());
+        r.roofline_gbps = gpu->copy_bandwidth_gbps(kBytes, kPasses);
         if (r.roofline_gbps <= 0)
             return make_error(
                 "bench: measuring the GPU copy bandwidth failed (2 x 1 GiB could not be allocated?); pass "
                 "--roofline-gbps or --no-roofline");
         r.roofline_source = fmt::format("device-to-device copy of {}, read + write bytes, median of {}",
                                         human_bytes(static_cast<double>(kBytes)), kPasses);
-#endif
-    } else if (p.measure_roofline) {
+    } else {
         PELICAN_ASSIGN(cpu::ReadBandwidth bw, cpu::probe_read_bandwidth(r.n_threads));
         r.roofline_gbps = bw.median_gbps;
         r.roofline_source = fmt::format("{} read {} times with {} thread(s), median{}",
                                         human_bytes(static_cast<double>(bw.bytes)), bw.passes, bw.n_threads,
                                         bw.reduced ? "; 1 GiB could not be allocated" : "");
-    } else {
-        r.roofline_source = "skipped (--no-roofline)";
     }
     if (r.roofline_gbps > 0) r.roofline_pct = 100.0 * r.gbps / r.roofline_gbps;
     return r;
@@ -392,7 +385,10 @@ std::string bench_table(const BenchResult& r) {
         human_count(static_cast<double>(r.model.n_params)), cpu ? std::to_string(r.n_threads) : r.device,
         rate_cell(r.prefill), rate_cell(r.decode),
         human_bytes(static_cast<double>(r.model.decode_weight_bytes)), human_bytes(r.kv.bytes_per_token),
-        r.gbps, r.roofline_gbps > 0 ? fmt::format("{:.1f}%", r.roofline_pct) : std::string("-"));
+        r.gbps,
+        r.roofline_gbps > 0 ? fmt::format("{:.1f}%{}", r.roofline_pct, r.fits_in_cache ? " (in cache)" : "")
+        : r.fits_in_cache   ? std::string("in cache")
+                            : std::string("-"));
     out += fmt::format(
         "tok/s: median (min-max) of {} runs after one warm-up; decode feeds random tokens without sampling "
         "(as llama-bench tg); KV read at {:.1f} positions per step on average{}\n",
@@ -438,6 +434,8 @@ std::string bench_json(const BenchResult& r) {
     j["roofline_gbps"] = r.roofline_gbps > 0 ? nlohmann::ordered_json(r.roofline_gbps) : nullptr;
     j["roofline_pct"] = r.roofline_gbps > 0 ? nlohmann::ordered_json(r.roofline_pct) : nullptr;
     j["roofline_source"] = r.roofline_source;
+    j["fits_in_cache"] = r.fits_in_cache;
+    j["llc_bytes"] = r.llc_bytes > 0 ? nlohmann::ordered_json(r.llc_bytes) : nullptr;
     nlohmann::ordered_json pre = nlohmann::ordered_json::array(), dec = nlohmann::ordered_json::array();
     for (const BenchRun& run : r.runs) {
         pre.push_back(run.prefill_s);

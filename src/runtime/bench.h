@@ -15,7 +15,9 @@
 // Tokens are drawn from a seeded generator among the ids the tokenizer calls normal or byte tokens
 // (no control, user-defined, unused or unknown tokens, no BOS or end-of-generation ids).
 // One untimed warm-up repetition (prefill and decode) precedes the `reps` timed ones.
-// Roofline: after the timed runs, the machine's streaming-read bandwidth is measured once with the
+// Roofline: unless the bytes one CPU decode step reads fit in the last-level cache (then no
+//   roofline applies and none is printed), after the timed runs the machine's streaming-read
+//   bandwidth is measured once with the
 //   same thread count (backend/cpu/mem_bandwidth.h: 1 GiB on huge pages, less if that cannot be
 //   allocated, ~0.5 s), and decode GB/s is reported as a percentage of it. A known figure can be
 //   given instead (roofline_gbps), or the probe skipped (measure_roofline = false).
@@ -105,6 +107,10 @@ struct BenchResult {
     double roofline_gbps = 0;
     double roofline_pct = 0;
     std::string roofline_source;  // "measured: 1.00 GiB, 2 threads, median of 9 passes", "given", "skipped"
+    // CPU: the last-level cache (0: unknown), and whether the bytes read per token fit in it (then
+    // no roofline is measured: roofline_gbps 0 unless given, the table says "in cache").
+    int64_t llc_bytes = 0;
+    bool fits_in_cache = false;
 };
 
 Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p);

@@ -4,19 +4,10 @@
 #include "model/hybrid_forward.h"
 #include "model/model.h"
 
-#ifdef PELICAN_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "backend/cuda/cuda_forward.h"
-#include "backend/cuda/cuda_hybrid_forward.h"
-#include "backend/cuda/device_info.h"
-#include "backend/cuda/gpu_model.h"
-#endif
-
 namespace pelican {
 
 bool cuda_built() {
-#ifdef PELICAN_HAVE_CUDA
+#ifdef PELICAN_CUDA_BACKEND
     return true;
 #else
     return false;
@@ -24,56 +15,29 @@ bool cuda_built() {
 }
 
 Status cuda_usable() {
-#ifdef PELICAN_HAVE_CUDA
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return make_error("no usable CUDA device ({}: {})", cudaGetErrorName(e), cudaGetErrorString(e));
-    }
-    if (n == 0) return make_error("no usable CUDA device (the driver sees no GPU)");
-    return {};
-#else
-    return make_error("this pelican was built without the CUDA backend (nvcc was not found at build time)");
-#endif
+    PELICAN_ASSIGN(DeviceBackend * b, cuda_backend());
+    return b->usable();
 }
 
 std::string gpu_description() {
-#ifdef PELICAN_HAVE_CUDA
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        cudaGetLastError();
-        return {};
-    }
-    return cuda::device_description(dev);
-#else
-    return {};
-#endif
+    auto b = cuda_backend();
+    return b ? (*b)->description() : std::string();
 }
 
 Status gpu_supports(const Model& model) {
-#ifdef PELICAN_HAVE_CUDA
-    return cuda::gpu_supports_model(model);
-#else
-    (void)model;
-    return cuda_usable();
-#endif
+    PELICAN_ASSIGN(DeviceBackend * b, cuda_backend());
+    return b->supports(model);
 }
 
-Expected<std::shared_ptr<const cuda::GpuModel>> upload_gpu_model(const Model& model) {
-#ifdef PELICAN_HAVE_CUDA
-    PELICAN_TRY(cuda_usable());
-    PELICAN_ASSIGN(std::unique_ptr<cuda::GpuModel> gm, cuda::GpuModel::upload(model));
-    return std::shared_ptr<const cuda::GpuModel>(std::move(gm));
-#else
-    (void)model;
-    return cuda_usable().take_error();
-#endif
+Expected<std::shared_ptr<const DeviceModel>> upload_gpu_model(const Model& model) {
+    PELICAN_ASSIGN(DeviceBackend * b, cuda_backend());
+    PELICAN_TRY(b->usable());
+    return b->upload(model);
 }
 
 Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Model& model, const ForwardOptions& opt,
                                                            Device device,
-                                                           const std::shared_ptr<const cuda::GpuModel>& gpu) {
+                                                           const std::shared_ptr<const DeviceModel>& gpu) {
     switch (device) {
         case Device::kCpu: {
             // Architecture-specific CPU passes branch here before the dense block: the hybrid
@@ -83,19 +47,9 @@ Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Model& model, c
             return std::unique_ptr<ForwardPass>(std::move(f));
         }
         case Device::kCuda: {
-#ifdef PELICAN_HAVE_CUDA
+            PELICAN_ASSIGN(DeviceBackend * b, cuda_backend());
             if (!gpu) return make_error("CUDA forward pass: the model's weights are not on the GPU");
-            if (gpu->hybrid()) {
-                PELICAN_ASSIGN(std::unique_ptr<cuda::CudaHybridForward> h,
-                               cuda::CudaHybridForward::create(gpu, opt));
-                return std::unique_ptr<ForwardPass>(std::move(h));
-            }
-            PELICAN_ASSIGN(std::unique_ptr<cuda::CudaForward> f, cuda::CudaForward::create(gpu, opt));
-            return std::unique_ptr<ForwardPass>(std::move(f));
-#else
-            (void)gpu;
-            return cuda_usable().take_error();
-#endif
+            return b->create_forward(gpu, opt);
         }
         case Device::kAuto:
             break;
@@ -109,8 +63,7 @@ Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Engine& engine,
     if (d == Device::kCuda && engine.device() != Device::kCuda)
         return make_error(
             "a CUDA session needs an engine loaded for CUDA (EngineOptions.device = cuda or auto on a "
-            "machine "
-            "with a GPU); this engine runs on the CPU");
+            "machine with a GPU); this engine runs on the CPU");
     return create_forward_pass(engine.model(), opt, d, engine.gpu_model());
 }
 

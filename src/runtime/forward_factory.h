@@ -1,6 +1,7 @@
-// Picks and creates the forward pass for a model on a device: the CPU dense block
-// (model/forward.h) or the CUDA pass (backend/cuda/cuda_forward.h, only when pelican is built
-// with CUDA). The rest of the runtime (Engine, Session, bench) never names a backend class.
+// Picks and creates the forward pass for a model on a device: the CPU passes (model/forward.h,
+// model/hybrid_forward.h) or a device backend's (runtime/device_backend.h; CUDA is a library
+// loaded on first use). The rest of the runtime (Engine, Session, bench) never names a backend
+// class.
 //
 //   PELICAN_TRY(cuda_usable());                          // why CUDA cannot be used, if it cannot
 //   PELICAN_ASSIGN(auto gm, upload_gpu_model(model));    // weights on the GPU, shared by passes
@@ -13,12 +14,14 @@
 #include "core/status.h"
 #include "model/forward.h"
 #include "pelican/engine.h"
+#include "runtime/device_backend.h"
 
 namespace pelican {
 
-// True when pelican was built with the CUDA backend.
+// True when pelican was built with the CUDA backend (libpelican_cuda.so exists for it).
 bool cuda_built();
-// Ok when CUDA can be used here; else the reason (built without CUDA, no driver / no GPU).
+// Ok when CUDA can be used here; else the reason (built without CUDA, no GPU, no driver, the
+// backend library cannot be loaded).
 Status cuda_usable();
 // "NVIDIA H200 (sm_90, 139.8 GiB)" for the GPU in use, or "" without CUDA.
 std::string gpu_description();
@@ -26,13 +29,13 @@ std::string gpu_description();
 Status gpu_supports(const Model& model);
 // Uploads the model's weights to the GPU (logs GiB and seconds). Errors: CUDA unusable, model
 // not supported, out of GPU memory.
-Expected<std::shared_ptr<const cuda::GpuModel>> upload_gpu_model(const Model& model);
+Expected<std::shared_ptr<const DeviceModel>> upload_gpu_model(const Model& model);
 
 // A forward pass on `device` (kCpu or kCuda; kAuto is resolved by the caller). kCuda needs the
 // weights from upload_gpu_model. Errors: bad sizes, out of memory, CUDA unavailable.
 Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Model& model, const ForwardOptions& opt,
                                                            Device device,
-                                                           const std::shared_ptr<const cuda::GpuModel>& gpu);
+                                                           const std::shared_ptr<const DeviceModel>& gpu);
 // The same for an engine's model, device and GPU weights (session_device kAuto = the engine's).
 Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Engine& engine, const ForwardOptions& opt,
                                                            Device session_device = Device::kAuto);

@@ -13,16 +13,11 @@
 #include "runtime/text_stream.h"
 #include "tokenizer/tokenizer.h"
 
-#ifdef PELICAN_HAVE_CUDA
-#include "backend/cuda/cuda_forward.h"
-#endif
-
 namespace pelican {
 namespace {
 
-#ifdef PELICAN_HAVE_CUDA
-cuda::GpuSampleParams gpu_params(const SamplerParams& p) {
-    cuda::GpuSampleParams g;
+StepSampling step_sampling(const SamplerParams& p) {
+    StepSampling g;
     g.temperature = p.temperature;
     g.top_k = p.top_k;
     g.top_p = p.top_p;
@@ -32,7 +27,6 @@ cuda::GpuSampleParams gpu_params(const SamplerParams& p) {
     g.frequency_penalty = p.frequency_penalty;
     return g;
 }
-#endif
 
 }  // namespace
 
@@ -123,33 +117,29 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
     for (int32_t t : prompt) sampler.accept(t);
 
-    // Next token: sampled on the GPU from logits that never leave it when the pass is CUDA and
-    // the parameters are sampled exactly there (the uniform and the penalty window come from the
-    // host sampler, so a seed gives the CPU's tokens); else on the host from copied logits.
+    // Next token: sampled next to the logits when the pass can do so exactly (a GPU pass: the
+    // logits never leave the device; the uniform and the penalty window come from the host
+    // sampler, so a seed gives the CPU's tokens); else on the host from copied logits.
     // `pending` is the last sampled token, not yet run through the model.
     int32_t pending = kNoToken;
-#ifdef PELICAN_HAVE_CUDA
-    auto* gpu = dynamic_cast<cuda::CudaForward*>(impl_->forward.get());
-    const cuda::GpuSampleParams gsp = gpu_params(params.sampling);
-    if (gpu && !cuda::gpu_sampling_exact(gsp)) gpu = nullptr;
+    ForwardPass& fwd = *impl_->forward;
+    const StepSampling ssp = step_sampling(params.sampling);
+    const bool on_device = fwd.samples_on_device(ssp);
     const bool penalties =
-        gsp.repetition_penalty != 1.0f || gsp.presence_penalty != 0.0f || gsp.frequency_penalty != 0.0f;
-#endif
+        ssp.repetition_penalty != 1.0f || ssp.presence_penalty != 0.0f || ssp.frequency_penalty != 0.0f;
     const auto next_token = [&]() -> Expected<int32_t> {
-#ifdef PELICAN_HAVE_CUDA
-        if (gpu) {
+        if (on_device) {
             float u = 0.0f;
-            if (gsp.temperature > 0.0f)
+            if (ssp.temperature > 0.0f)
                 u = std::min(static_cast<float>(sampler.draw_uniform()), std::nextafter(1.0f, 0.0f));
             const std::span<const int32_t> window =
                 penalties ? sampler.penalty_window() : std::span<const int32_t>();
-            if (pending == kNoToken) return gpu->sample_last(gsp, window, u);
-            PELICAN_ASSIGN(const int32_t t, gpu->decode_sample(pending, n_past(), gsp, window, u));
+            if (pending == kNoToken) return fwd.sample_last(ssp, window, u);
+            PELICAN_ASSIGN(const int32_t t, fwd.decode_sample(pending, n_past(), ssp, window, u));
             history_.push_back(pending);
             ++r.n_decode_steps;
             return t;
         }
-#endif
         if (pending != kNoToken) {
             const int32_t one[1] = {pending};
             PELICAN_ASSIGN(logits, eval(std::span<const int32_t>(one, 1)));

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cache_info.h"
 #include "backend/cpu/mem_bandwidth.h"
 #include "formats/safetensors.h"
 #include "model_test_util.h"
@@ -167,6 +168,32 @@ TEST(Bench, RooflineGivenIsAPercentageAndSkippedIsNull) {
     EXPECT_TRUE(j["roofline_pct"].is_null());
     table = bench_table(*r);
     EXPECT_NE(table.find("read roofline skipped (--no-roofline)"), std::string::npos) << table;
+}
+
+// A model whose bytes per token fit in the last-level cache gets no memory roofline: the fixture
+// (~100 KB) reached "158%" of one before. A given roofline is still used, and says so.
+TEST(Bench, NoRooflineWhenTheWeightsFitInTheCache) {
+    const int64_t llc = cpu::last_level_cache_bytes();
+    if (llc <= 0) GTEST_SKIP() << "the last-level cache size is not readable here";
+    BenchParams p = small();
+    p.measure_roofline = true;
+    auto r = run_bench(engine(), p);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_TRUE(r->fits_in_cache);
+    EXPECT_EQ(r->llc_bytes, llc);
+    EXPECT_EQ(r->roofline_gbps, 0);
+    EXPECT_EQ(r->roofline_pct, 0);
+    const std::string table = bench_table(*r);
+    EXPECT_NE(table.find("| in cache |"), std::string::npos) << table;
+    EXPECT_NE(table.find("last-level cache"), std::string::npos) << table;
+    auto j = nlohmann::json::parse(bench_json(*r));
+    EXPECT_TRUE(j["roofline_pct"].is_null());
+    EXPECT_TRUE(j["fits_in_cache"].get<bool>());
+    p.roofline_gbps = 10.0;
+    r = run_bench(engine(), p);
+    ASSERT_TRUE(r.ok());
+    EXPECT_GT(r->roofline_pct, 0);
+    EXPECT_NE(bench_table(*r).find("(in cache)"), std::string::npos);
 }
 
 TEST(Bench, ReadBandwidthProbeOnASmallBuffer) {

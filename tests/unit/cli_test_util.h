@@ -3,12 +3,15 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -24,8 +27,9 @@ struct CliResult {
     std::string out, err;
 };
 
-// Runs PELICAN_BINARY with `args` inside `dir`; exit status, stdout, stderr.
-inline CliResult run_pelican_in(const std::vector<std::string>& args, const TempDir& dir) {
+// Runs PELICAN_BINARY with `args` inside `dir`; exit status, stdout, stderr. timeout_s > 0: a run that
+// takes longer is killed (status -1, "timed out" in err), so a test that would hang fails instead.
+inline CliResult run_pelican_in(const std::vector<std::string>& args, const TempDir& dir, int timeout_s = 0) {
     const std::string cwd = dir.str(), out_path = dir.str("stdout.bin"), err_path = dir.str("stderr.txt");
     std::string bin = PELICAN_BINARY;
     std::vector<std::string> copy = args;
@@ -46,13 +50,29 @@ inline CliResult run_pelican_in(const std::vector<std::string>& args, const Temp
         return r;
     }
     int ws = 0;
-    if (::waitpid(pid, &ws, 0) == pid && WIFEXITED(ws)) r.status = WEXITSTATUS(ws);
+    bool timed_out = false;
+    if (timeout_s > 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+        while (::waitpid(pid, &ws, WNOHANG) == 0) {
+            if (std::chrono::steady_clock::now() > deadline) {
+                ::kill(pid, SIGKILL);
+                ::waitpid(pid, &ws, 0);
+                timed_out = true;
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    } else {
+        ::waitpid(pid, &ws, 0);
+    }
+    if (!timed_out && WIFEXITED(ws)) r.status = WEXITSTATUS(ws);
     auto slurp = [](const std::string& path) {
         std::ifstream in(path, std::ios::binary);
         return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     };
     r.out = slurp(out_path);
     r.err = slurp(err_path);
+    if (timed_out) r.err += fmt::format("\n(timed out after {} s and killed)", timeout_s);
     return r;
 }
 

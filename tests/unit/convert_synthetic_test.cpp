@@ -127,10 +127,12 @@ TEST(Convert, SyntheticArchitecturesLoadAndRun) {
          {}},
     };
     ThreadPool pool(2);
-    for (const Case& c : cases) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const Case& c = cases[i];
         std::string cfg = kSynthConfig;
         cfg.insert(cfg.rfind('}'), c.extra);
-        const std::string out = dir / fmt::format("{}.gguf", c.arch);
+        // One file per case (llama twice): writes never replace an existing file without force.
+        const std::string out = dir / fmt::format("{}-{}.gguf", i, c.arch);
         auto r = write_synthetic(c.arch, cfg, out, DType::Q8_0, 1);
         ASSERT_TRUE(r.ok()) << c.arch << ": " << r.error().message;
         auto f = GgufFile::open(out);

@@ -449,6 +449,8 @@ TEST(Convert, Errors) {
     expect_error(write_job(*job, out, o.emit), "interrupted");
     EXPECT_FALSE(fs::exists(out));
     EXPECT_FALSE(fs::exists(out + ".tmp"));
+    for (const auto& e : fs::directory_iterator(dir.path))  // nor the writer's own temporary
+        EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
 }
 
 // Runs the pelican binary; returns the exit code, stderr in *err.

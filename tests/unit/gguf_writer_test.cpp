@@ -22,6 +22,14 @@ std::vector<uint8_t> read_bytes(const fs::path& p) {
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// Files in dir whose names contain ".tmp" (the writer's temporaries).
+int stray_temps(const fs::path& dir) {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(dir))
+        n += e.path().filename().string().find(".tmp") != std::string::npos;
+    return n;
+}
+
 fs::path temp_path(const std::string& name) {
     fs::path dir = fs::temp_directory_path() / ("pelican_gguf_test_" + std::to_string(::getpid()));
     fs::create_directories(dir);
@@ -223,6 +231,7 @@ TEST(GgufWrite, Errors) {
         << st.error().message;
     EXPECT_FALSE(fs::exists(out));
     EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
+    EXPECT_EQ(stray_temps(out.parent_path()), 0);
 
     // Too much data.
     GgufWriter w2;
@@ -231,6 +240,7 @@ TEST(GgufWrite, Errors) {
     ASSERT_TRUE(w2.begin(out2.string()).ok());
     EXPECT_FALSE(w2.write_tensor_data(d).ok());
     EXPECT_FALSE(fs::exists(out2.string() + ".tmp"));
+    EXPECT_EQ(stray_temps(out2.parent_path()), 0);
 }
 
 }  // namespace

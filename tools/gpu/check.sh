@@ -66,7 +66,7 @@ model_file() { echo "$MODEL_DIR/$MODEL_TAG-$1.gguf"; }
 
 phase_build() {
   local cfg=$WORK/configure.out
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DPELICAN_CUDA=ON \
     2>&1 | tee "$cfg"
   grep -q "CUDA backend ON" "$cfg" || { echo "check.sh: the CUDA backend is OFF (nvcc not found?)"; return 1; }
   ninja -C "$BUILD_DIR" -j"$NPROC"

@@ -95,6 +95,18 @@ public:
     const GpuModel& weights() const { return *gm_; }
     bool uses_graph() const { return step_exec_ != nullptr; }
 
+    // ForwardPass's device hooks, through the functions above.
+    int64_t decode_weight_bytes() const override { return static_cast<int64_t>(gm_->decode_read_bytes()); }
+    int kv_elem_bytes() const override { return kv_type_ == DType::F32 ? 4 : 2; }
+    std::string_view kv_type_name() const override { return dtype_name(kv_type_); }
+    Status decode_no_logits(int32_t token, int64_t pos, ThreadPool&) override {
+        return decode_no_logits(token, pos);
+    }
+    bool samples_on_device(const StepSampling& p) const override;
+    Expected<int32_t> sample_last(const StepSampling& p, std::span<const int32_t> window, float u) override;
+    Expected<int32_t> decode_sample(int32_t token, int64_t pos, const StepSampling& p,
+                                    std::span<const int32_t> window, float u) override;
+
     static constexpr int kLogitRows = 32;  // LM-head rows per group when every row's logits are wanted
     static constexpr int kRing = 64;       // pinned staging slots for decode inputs
 

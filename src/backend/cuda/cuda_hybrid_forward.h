@@ -90,6 +90,12 @@ public:
     const std::shared_ptr<const GpuModel>& weights_ptr() const { return gm_; }
     DType kv_type() const { return gm_->all_f32() ? DType::F32 : DType::F16; }
 
+    // ForwardPass's device hooks (a one-token eval is already the graph-replayed step without a
+    // host sync, so decode_no_logits stays eval).
+    int64_t decode_weight_bytes() const override { return static_cast<int64_t>(gm_->decode_read_bytes()); }
+    int kv_elem_bytes() const override { return kv_type() == DType::F32 ? 4 : 2; }
+    std::string_view kv_type_name() const override { return dtype_name(kv_type()); }
+
 private:
     struct StepInput {  // the one-token step's device inputs
         int32_t token = 0;

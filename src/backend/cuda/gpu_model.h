@@ -22,6 +22,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gpu_matrix.h"
 #include "core/status.h"
+#include "model/device_model.h"
 
 namespace pelican {
 class Model;
@@ -122,13 +123,13 @@ struct GpuMtp {
 Status gpu_supports_model(const Model& model);
 Status gpu_supports_hybrid(const Model& model);  // the hybrid part of the above (gpu_model_hybrid.cpp)
 
-class GpuModel {
+class GpuModel final : public DeviceModel {
 public:
     // Uploads every weight (synchronous). Errors: unsupported model (gpu_supports_model), no
     // device, or out of GPU memory (names the tensor, its bytes and the free/total device memory).
     // log_progress: one info line with the GiB uploaded and the seconds it took.
     static Expected<std::unique_ptr<GpuModel>> upload(const Model& model, bool log_progress = true);
-    ~GpuModel();
+    ~GpuModel() override;
     GpuModel(const GpuModel&) = delete;
     GpuModel& operator=(const GpuModel&) = delete;
 
@@ -151,7 +152,7 @@ public:
     size_t device_bytes() const { return device_bytes_; }  // every allocation of the model
     // Weight bytes one decode step reads: every GpuMatrix's read_bytes, the norms and biases and
     // one embedding row.
-    size_t decode_read_bytes() const { return decode_read_bytes_; }
+    size_t decode_read_bytes() const override { return decode_read_bytes_; }
 
 private:
     explicit GpuModel(const Model& m) : model_(m) {}
