@@ -107,7 +107,9 @@ public:
     // The model's own sampling defaults (generation_config.json or GGUF general.sampling.*);
     // default_sampling() is SamplerParams{} with them applied.
     const GenerationDefaults& generation_defaults() const { return gen_defaults_; }
-    SamplerParams default_sampling() const { return gen_defaults_.apply(SamplerParams{}); }
+    SamplerParams default_sampling() const {
+        return apply_generation_defaults(gen_defaults_, SamplerParams{});
+    }
     // Tokens that end generation (EOS, end-of-turn...).
     const std::vector<int32_t>& end_of_generation_ids() const { return eog_ids_; }
 

@@ -112,6 +112,11 @@ Expected<ConvertJob> plan_convert_hf(const std::string& folder, const ConvertOpt
     PELICAN_ASSIGN(HparamKvs hk, hparam_kvs(cfg, hp, n_vocab));
     job.kvs.insert(job.kvs.end(), hk.kvs.begin(), hk.kvs.end());
     if (hk.rope_freqs) job.tensors.push_back(std::move(*hk.rope_freqs));
+    {
+        const GenerationDefaults gen = read_generation_config(folder);
+        for (const std::string& w : gen.warnings) log_warn("{}", w);
+        append_sampling_kvs(job.kvs, gen);
+    }
     PELICAN_TRY(append_tokenizer_kvs(job.kvs, tok->spec(), n_vocab));
 
     std::stable_sort(

@@ -377,6 +377,11 @@ Expected<ConvertJob> plan_convert_hybrid(const std::string& folder, const Conver
     const std::string arch_name(hp.arch->gguf_write_name);
     append_general_kvs(job.kvs, arch_name, name, opt.type);
     PELICAN_TRY(append_hybrid_kvs(job.kvs, cfg, hp, n_vocab, n_mtp, folder));
+    {
+        const GenerationDefaults gen = read_generation_config(folder);
+        for (const std::string& w : gen.warnings) log_warn("{}", w);
+        append_sampling_kvs(job.kvs, gen);
+    }
     PELICAN_TRY(append_tokenizer_kvs(job.kvs, tok->spec(), n_vocab));
 
     std::stable_sort(

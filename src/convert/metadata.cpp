@@ -109,6 +109,20 @@ std::optional<std::string> detect_pre_name(const TokenizerSpec& spec) {
     return std::nullopt;
 }
 
+void append_sampling_kvs(std::vector<GgufKV>& kvs, const GenerationDefaults& d) {
+    const bool greedy = d.do_sample && !*d.do_sample;
+    if (greedy)
+        kvs.push_back({"general.sampling.temp", gguf_f32(0.0f)});
+    else if (d.temperature)
+        kvs.push_back({"general.sampling.temp", gguf_f32(*d.temperature)});
+    if (d.top_p) kvs.push_back({"general.sampling.top_p", gguf_f32(*d.top_p)});
+    if (d.top_k) kvs.push_back({"general.sampling.top_k", gguf_i32(*d.top_k)});
+    if (d.min_p) kvs.push_back({"general.sampling.min_p", gguf_f32(*d.min_p)});
+    if (d.repetition_penalty)
+        kvs.push_back({"general.sampling.penalty_repeat", gguf_f32(*d.repetition_penalty)});
+    if (d.penalty_last_n) kvs.push_back({"general.sampling.penalty_last_n", gguf_i32(*d.penalty_last_n)});
+}
+
 Status append_tokenizer_kvs(std::vector<GgufKV>& kvs, const TokenizerSpec& spec, int64_t n_vocab) {
     const size_t n_tok = spec.tokens.size();
     if (n_vocab < 0 || n_tok > static_cast<size_t>(n_vocab))

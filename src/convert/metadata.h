@@ -12,6 +12,7 @@
 #include "convert/tensor_plan.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "formats/generation_config.h"
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "model/arch.h"
@@ -35,6 +36,10 @@ struct HparamKvs {
     std::optional<PlannedTensor> rope_freqs;
 };
 Expected<HparamKvs> hparam_kvs(const HfConfig& c, const ModelHParams& hp, int64_t n_vocab);
+
+// general.sampling.* keys for a model's generation_config.json defaults, as llama.cpp's converter
+// writes them (do_sample false: temp 0, greedy); nothing for empty defaults.
+void append_sampling_kvs(std::vector<GgufKV>& kvs, const GenerationDefaults& d);
 
 // tokenizer.ggml.* keys. The vocabulary is padded to n_vocab entries with "[PAD<id>]" tokens of
 // type UNUSED (as llama.cpp does when the embedding has more rows than the tokenizer has tokens).

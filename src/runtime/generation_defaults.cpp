@@ -1,127 +1,29 @@
-// Sampling defaults shipped with a model (runtime/generation_defaults.h).
+// Applying a model's sampling defaults (runtime/generation_defaults.h).
 #include "runtime/generation_defaults.h"
 
-#include <cmath>
 #include <filesystem>
 
-#include <nlohmann/json.hpp>
-
-#include "core/mmap_file.h"
 #include "model/model.h"
 
 namespace pelican {
-namespace {
 
-// Reads a number from j[key] into out when it is a finite number within [lo, hi].
-template <typename T>
-void take_number(const nlohmann::json& j, const char* key, double lo, double hi, std::optional<T>& out,
-                 GenerationDefaults& d) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return;
-    if (!it->is_number()) {
-        d.warnings.push_back(fmt::format("{}: {} is not a number, ignored", d.source, key));
-        return;
-    }
-    const double v = it->get<double>();
-    if (!std::isfinite(v) || v < lo || v > hi) {
-        d.warnings.push_back(
-            fmt::format("{}: {} = {} is outside [{}, {}], ignored", d.source, key, v, lo, hi));
-        return;
-    }
-    if constexpr (std::is_integral_v<T>) {
-        if (v != std::floor(v)) {
-            d.warnings.push_back(fmt::format("{}: {} = {} is not an integer, ignored", d.source, key, v));
-            return;
-        }
-    }
-    out = static_cast<T>(v);
-}
-
-}  // namespace
-
-SamplerParams GenerationDefaults::apply(SamplerParams p) const {
-    if (temperature) p.temperature = *temperature;
-    if (top_p) p.top_p = *top_p;
-    if (top_k) p.top_k = *top_k;
-    if (min_p) p.min_p = *min_p;
-    if (repetition_penalty) p.repetition_penalty = *repetition_penalty;
-    if (penalty_last_n) p.penalty_last_n = *penalty_last_n;
-    if (do_sample && !*do_sample) p.temperature = 0.0f;
+SamplerParams apply_generation_defaults(const GenerationDefaults& d, SamplerParams p) {
+    if (d.temperature) p.temperature = *d.temperature;
+    if (d.top_p) p.top_p = *d.top_p;
+    if (d.top_k) p.top_k = *d.top_k;
+    if (d.min_p) p.min_p = *d.min_p;
+    if (d.repetition_penalty) p.repetition_penalty = *d.repetition_penalty;
+    if (d.penalty_last_n) p.penalty_last_n = *d.penalty_last_n;
+    if (d.do_sample && !*d.do_sample) p.temperature = 0.0f;
     return p;
 }
 
-std::string GenerationDefaults::describe() const {
-    if (empty()) return {};
-    std::string s;
-    auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
-    if (do_sample && !*do_sample) add("do_sample false (greedy)");
-    if (temperature) add(fmt::format("temperature {}", *temperature));
-    if (top_p) add(fmt::format("top_p {}", *top_p));
-    if (top_k) add(fmt::format("top_k {}", *top_k));
-    if (min_p) add(fmt::format("min_p {}", *min_p));
-    if (repetition_penalty) add(fmt::format("repetition_penalty {}", *repetition_penalty));
-    if (penalty_last_n) add(fmt::format("penalty_last_n {}", *penalty_last_n));
-    return fmt::format("{} ({})", s, source);
-}
-
-GenerationDefaults parse_generation_config(const std::string& json_text, const std::string& name) {
-    GenerationDefaults d;
-    d.source = name;
-    nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-        d.warnings.push_back(fmt::format("{}: not a JSON object, ignored", name));
-        return d;
-    }
-    take_number(j, "temperature", 0.0, 1e4, d.temperature, d);
-    take_number(j, "top_p", 1e-9, 1.0, d.top_p, d);
-    take_number(j, "top_k", 0.0, 2147483647.0, d.top_k, d);
-    take_number(j, "min_p", 0.0, 1.0, d.min_p, d);
-    take_number(j, "repetition_penalty", 1e-9, 1e4, d.repetition_penalty, d);
-    if (auto it = j.find("do_sample"); it != j.end() && !it->is_null()) {
-        if (it->is_boolean())
-            d.do_sample = it->get<bool>();
-        else
-            d.warnings.push_back(fmt::format("{}: do_sample is not true or false, ignored", name));
-    }
-    return d;
-}
-
 GenerationDefaults load_generation_defaults(const Model& model) {
-    if (const GgufFile* g = model.gguf()) {
-        GenerationDefaults d;
-        d.source = "GGUF general.sampling.*";
-        nlohmann::json j = nlohmann::json::object();
-        for (const char* key : {"temp", "top_p", "top_k", "min_p", "penalty_repeat", "penalty_last_n"}) {
-            const std::string full = std::string("general.sampling.") + key;
-            if (!g->find(full)) continue;
-            if (auto v = g->get_float(full))
-                j[key] = *v;
-            else if (auto i = g->get_int(full))
-                j[key] = *i;
-            else
-                j[key] = "not a number";
-        }
-        take_number(j, "temp", 0.0, 1e4, d.temperature, d);
-        take_number(j, "top_p", 1e-9, 1.0, d.top_p, d);
-        take_number(j, "top_k", 0.0, 2147483647.0, d.top_k, d);
-        take_number(j, "min_p", 0.0, 1.0, d.min_p, d);
-        take_number(j, "penalty_repeat", 1e-9, 1e4, d.repetition_penalty, d);
-        take_number(j, "penalty_last_n", -1.0, 2147483647.0, d.penalty_last_n, d);
-        return d;
-    }
+    if (const GgufFile* g = model.gguf()) return gguf_generation_defaults(*g);
     std::error_code ec;
-    const std::filesystem::path dir = std::filesystem::is_directory(model.path(), ec)
-                                          ? std::filesystem::path(model.path())
-                                          : std::filesystem::path(model.path()).parent_path();
-    const std::filesystem::path file = dir / "generation_config.json";
-    if (!std::filesystem::is_regular_file(file, ec)) return {};
-    auto text = read_text_file(file.string(), size_t{1} << 20);
-    if (!text) {
-        GenerationDefaults d;
-        d.warnings.push_back(fmt::format("{}, ignored", text.error().message));
-        return d;
-    }
-    return parse_generation_config(*text, file.string());
+    const std::filesystem::path p(model.path());
+    return read_generation_config(std::filesystem::is_directory(p, ec) ? p.string()
+                                                                       : p.parent_path().string());
 }
 
 }  // namespace pelican

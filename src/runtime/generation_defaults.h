@@ -1,43 +1,18 @@
-// The sampling defaults a model ships: an HF folder's generation_config.json (temperature, top_p,
-// top_k, min_p, repetition_penalty, do_sample) or a GGUF's general.sampling.* keys (temp, top_p,
-// top_k, min_p, penalty_repeat, penalty_last_n: what llama.cpp's converter writes from that file).
-// They replace pelican's built-in defaults, as transformers and vLLM use generation_config.json;
-// options given explicitly (flags, request fields) override them. do_sample: false (transformers'
+// The model's sampling defaults (formats/generation_config.h) applied to pelican's: they replace
+// the built-in SamplerParams defaults, as transformers and vLLM use generation_config.json, and
+// options given explicitly (flags, request fields) override them. do_sample false (transformers'
 // switch for greedy search) makes the default greedy (temperature 0).
-//
-// The file is untrusted: a value of the wrong type or out of range is skipped with a warning
-// naming the key, never an error that keeps the model from running.
 #pragma once
 
-#include <optional>
-#include <string>
-#include <vector>
-
+#include "formats/generation_config.h"
 #include "runtime/sampler.h"
 
 namespace pelican {
 
 class Model;
 
-struct GenerationDefaults {
-    std::optional<float> temperature, top_p, min_p, repetition_penalty;
-    std::optional<int32_t> top_k, penalty_last_n;
-    std::optional<bool> do_sample;
-    std::string source;                 // "generation_config.json", "GGUF general.sampling.*" or ""
-    std::vector<std::string> warnings;  // keys skipped, and why
-
-    bool empty() const {
-        return !temperature && !top_p && !min_p && !repetition_penalty && !top_k && !penalty_last_n &&
-               !do_sample;
-    }
-    // p with these defaults applied (do_sample false: temperature 0).
-    SamplerParams apply(SamplerParams p) const;
-    // "temperature 0.6, top_p 0.95, top_k 20 (generation_config.json)", or "" when empty.
-    std::string describe() const;
-};
-
-// From the JSON text of a generation_config.json (`name` names it in warnings).
-GenerationDefaults parse_generation_config(const std::string& json_text, const std::string& name);
+// p with the defaults applied.
+SamplerParams apply_generation_defaults(const GenerationDefaults& d, SamplerParams p);
 // The loaded model's defaults: its folder's generation_config.json, or the GGUF keys.
 GenerationDefaults load_generation_defaults(const Model& model);
 
