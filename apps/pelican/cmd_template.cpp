@@ -3,6 +3,7 @@
 //
 //   pelican template -m MODEL_OR_JINJA --messages conv.json [--add-generation-prompt]
 //                    [--tools tools.json] [--bos TEXT] [--eos TEXT] [--now EPOCH_SECONDS]
+//                    [--template-max-steps N] [--template-max-bytes N]
 //
 // conv.json: a JSON array of OpenAI-style messages, or {"messages": [...], "tools": [...]}.
 // --tools replaces tools given in conv.json. A tool call's function.arguments given as a JSON
@@ -10,6 +11,10 @@
 // --bos/--eos override the model's BOS/EOS texts (an empty text leaves bos_token/eos_token
 // undefined, as transformers does for a tokenizer without that token); --now pins strftime_now()
 // (formatted as local time). Keys keep their order from conv.json, as in Python.
+// --template-max-steps / --template-max-bytes set the render's step budget and memory limit
+// (jinja::RenderOptions): a template from a downloaded model is untrusted, and one that runs away
+// stops with an error naming the limit.
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -29,6 +34,8 @@ struct TemplateArgs {
     bool add_generation_prompt = false;
     std::string bos, eos;
     long long now = 0;
+    long long max_steps = static_cast<long long>(jinja::kDefaultMaxSteps);  // signed: "-5" is rejected
+    long long max_bytes = static_cast<long long>(jinja::kDefaultMaxBytes);
     bool has_bos = false, has_eos = false, has_now = false;  // the option was given
 };
 
@@ -45,6 +52,10 @@ Expected<std::string> render(const TemplateArgs& a) {
     opt.bos_token = a.has_bos ? a.bos : t.bos_token;
     opt.eos_token = a.has_eos ? a.eos : t.eos_token;
     if (a.has_now) opt.now = static_cast<std::time_t>(a.now);
+    if (a.max_steps < 1) return make_error("--template-max-steps must be at least 1 (got {})", a.max_steps);
+    if (a.max_bytes < 1) return make_error("--template-max-bytes must be at least 1 (got {})", a.max_bytes);
+    opt.max_steps = static_cast<uint64_t>(a.max_steps);
+    opt.max_bytes = static_cast<size_t>(a.max_bytes);
     auto out = jinja::apply_chat_template(t.source, in.messages, in.tools, opt);
     if (!out.ok()) return make_error("{}: {}", t.origin, out.error().message);
     return out;
@@ -79,6 +90,10 @@ PELICAN_COMMAND(template, [](CLI::App& app) {
         sub->add_option("--eos", args->eos, "EOS token text (default: the model's; \"\" for a .jinja file)");
     auto* now =
         sub->add_option("--now", args->now, "Unix time for strftime_now() (default: the current time)");
+    sub->add_option("--template-max-steps", args->max_steps,
+                    "Step budget of the render: a runaway template stops with an error (default 100000000)");
+    sub->add_option("--template-max-bytes", args->max_bytes,
+                    "Memory the render may hold at once, in bytes (default 67108864 = 64 MiB)");
     sub->callback([args, bos, eos, now] {
         args->has_bos = bos->count() > 0;
         args->has_eos = eos->count() > 0;

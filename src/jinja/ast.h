@@ -27,7 +27,7 @@ struct Expr {
         Or,       // a, b
         Not,      // a
         Compare,  // a, ops[i] applied to args[i] (chained)
-        Cond,     // a if b else c (c may be null)
+        Cond,     // a if b else c (c null: lit = the Undefined it gives)
         Attr,     // a.name
         Item,     // a[b]
         Slice,    // a[args0:args1:args2], null parts omitted
@@ -73,6 +73,7 @@ struct Stmt {
     Body body, else_body;
     std::string name;
     std::vector<std::pair<std::string, ExprP>> params;
+    bool uses_loop = true;  // For: the body or filter mentions `loop` (else no loop object is made)
 };
 
 // Parses a token stream into a body. Throws RenderError("template line N: ...").

@@ -123,6 +123,8 @@ Expected<std::string> apply_chat_template(std::string_view template_source, cons
     PELICAN_ASSIGN(Template tmpl, Template::parse(template_source));
     RenderOptions ro;
     ro.now = opt.now;
+    ro.max_steps = opt.max_steps;
+    ro.max_bytes = opt.max_bytes;
     return tmpl.render(ctx, ro);
 }
 

@@ -23,6 +23,8 @@
 // object arguments the rendering is exactly transformers'.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <ctime>
 #include <optional>
 #include <string>
@@ -31,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "jinja/jinja.h"
 
 namespace pelican::jinja {
 
@@ -40,6 +43,10 @@ struct ChatTemplateOptions {
     std::string eos_token;  // likewise
     // Instant for strftime_now(); nullopt = now. Formatted as local time (tests run with TZ=UTC).
     std::optional<std::time_t> now;
+    // Limits of the render (jinja::RenderOptions): a template from a downloaded model is untrusted
+    // and stops with an error past either instead of hanging or exhausting memory.
+    uint64_t max_steps = kDefaultMaxSteps;  // step budget
+    size_t max_bytes = kDefaultMaxBytes;    // memory the render may hold at once
 };
 
 // A conversation as read from a file: messages (array of objects) and tools (array or null).

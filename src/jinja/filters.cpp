@@ -139,10 +139,18 @@ Value do_map(const Value& seq, const CallArgs& a) {
     return Value::iter(std::move(out));
 }
 
+// Comparisons of a sort of n items: n * log2(n).
+void charge_sort(size_t n) {
+    size_t log2 = 1;
+    while ((size_t{1} << log2) < n && log2 < 63) ++log2;
+    charge(mul_sat(n, log2));
+}
+
 Value do_sort(const Value& v, const CallArgs& a) {
     auto p = a.bind("sort", {"reverse", "case_sensitive", "attribute"});
     bool reverse = opt_bool(p[0], false), cs = opt_bool(p[1], false);
     List items = iterate(v);
+    charge_sort(items.size());
     std::vector<std::pair<Value, Value>> keyed;
     for (auto& it : items)
         keyed.emplace_back(sort_key(p[2].is_undefined() || p[2].is_none() ? it : attr_path(it, p[2]), cs),
@@ -164,6 +172,7 @@ Value do_dictsort(const Value& v, const CallArgs& a) {
     size_t pos = by == "key" ? 0 : 1;
     List items;
     for (const auto& [k, x] : v.dict_ref().entries) items.push_back(Value::tuple({k, x}));
+    charge_sort(items.size());
     std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
         Value kx = sort_key(x.items()[pos], cs), ky = sort_key(y.items()[pos], cs);
         return reverse ? py_compare(ky, kx) < 0 : py_compare(kx, ky) < 0;
@@ -193,6 +202,7 @@ Value do_unique(const Value& v, const CallArgs& a) {
     List out, seen;
     for (const auto& x : iterate(v)) {
         Value k = sort_key(p[1].is_undefined() || p[1].is_none() ? x : attr_path(x, p[1]), cs);
+        charge(seen.size());
         bool dup = false;
         for (const auto& s : seen)
             if (py_equal(s, k)) dup = true;
@@ -215,6 +225,7 @@ Value do_int(const Value& v, const CallArgs& a) {
         return Value::integer(static_cast<int64_t>(d));
     }
     if (v.is_string()) {
+        charge_bytes(v.str().size());
         if (auto i = parse_py_int(v.str(), base)) return Value::integer(*i);
         if (auto f = parse_py_float(v.str()); f && std::isfinite(*f) && std::fabs(*f) < 9.2e18)
             return Value::integer(static_cast<int64_t>(*f));
@@ -227,8 +238,10 @@ Value do_float(const Value& v, const CallArgs& a) {
     Value dflt = p[0].is_undefined() ? Value::number(0.0) : p[0];
     v.require();
     if (v.is_number()) return Value::number(v.as_float());
-    if (v.is_string())
+    if (v.is_string()) {
+        charge_bytes(v.str().size());
         if (auto f = parse_py_float(v.str())) return Value::number(*f);
+    }
     return dflt;
 }
 
@@ -242,22 +255,22 @@ Value do_indent(const Value& v, const CallArgs& a) {
                   ' ');
     bool first = opt_bool(p[1], false), blank = opt_bool(p[2], false);
     std::vector<std::string> lines = py_splitlines(py_str(v) + "\n");
-    std::string rv;
+    TextBuilder rv("indented string too large");  // each line gains up to 1000 bytes: checked as it grows
+    if (first) rv += ind;
     if (blank) {
         for (size_t i = 0; i < lines.size(); ++i) {
             if (i) rv.push_back('\n'), rv += ind;
             rv += lines[i];
         }
     } else {
-        rv = lines.empty() ? "" : lines[0];
+        if (!lines.empty()) rv += lines[0];
         for (size_t i = 1; i < lines.size(); ++i) {
             rv.push_back('\n');
             if (!lines[i].empty()) rv += ind;
             rv += lines[i];
         }
     }
-    if (first) rv = ind + rv;
-    return Value::string(std::move(rv));
+    return Value::string(rv.take());
 }
 
 Value do_title(const Value& v) {
@@ -296,27 +309,35 @@ const std::unordered_map<std::string, FilterFn>& filters() {
             return Value::integer(static_cast<int64_t>(py_len(v)));
         };
         m["count"] = m["length"];
+        // Lists are read in place, other iterables listed first.
         m["first"] = [](const Value& v, const CallArgs&) {
-            List xs = iterate(v);
-            return xs.empty() ? Value::undefined("No first item, sequence was empty.") : xs.front();
+            const bool seq = v.is_list() || v.kind() == Value::Kind::Iter;
+            const Value xs = seq ? v : Value::list(iterate(v));
+            return xs.items().empty() ? Value::undefined("No first item, sequence was empty.")
+                                      : xs.items().front();
         };
         m["last"] = [](const Value& v, const CallArgs&) {
             if (v.kind() == Value::Kind::Iter)
                 fail(fmt::format("'{}' object is not reversible", v.type_name()));
-            List xs = iterate(v);
-            return xs.empty() ? Value::undefined("No last item, sequence was empty.") : xs.back();
+            const Value xs = v.is_list() ? v : Value::list(iterate(v));
+            return xs.items().empty() ? Value::undefined("No last item, sequence was empty.")
+                                      : xs.items().back();
         };
         m["join"] = [](const Value& v, const CallArgs& a) {
             auto p = a.bind("join", {"d", "attribute"});
             std::string sep = p[0].is_undefined() ? "" : py_str(p[0]);
-            std::string out;
+            TextBuilder out("joined string too large");
             bool first = true;
             for (const auto& x : iterate(v)) {
                 if (!first) out += sep;
                 first = false;
-                out += py_str(p[1].is_undefined() || p[1].is_none() ? x : attr_path(x, p[1]));
+                const Value& item = p[1].is_undefined() || p[1].is_none() ? x : attr_path(x, p[1]);
+                if (item.is_string())
+                    out += item.str();
+                else
+                    out += py_str(item);
             }
-            return Value::string(std::move(out));
+            return Value::string(out.take());
         };
         m["trim"] = [](const Value& v, const CallArgs& a) {
             auto p = a.bind("trim", {"chars"});
@@ -410,8 +431,10 @@ const std::unordered_map<std::string, FilterFn>& filters() {
                 if (static_cast<int64_t>(cur.size()) == n) out.push_back(Value::list(std::exchange(cur, {})));
             }
             if (!cur.empty()) {
-                if (!p[1].is_undefined() && !p[1].is_none())
+                if (!p[1].is_undefined() && !p[1].is_none()) {
+                    check_room(mul_sat(static_cast<size_t>(n), sizeof(Value)), "batch too large");
                     while (static_cast<int64_t>(cur.size()) < n) cur.push_back(p[1]);
+                }
                 out.push_back(Value::list(std::move(cur)));
             }
             return Value::iter(std::move(out));
@@ -444,6 +467,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
 
 Value apply_filter(const std::string& name, const Value& input, const CallArgs& args, int line) {
     (void)line;
+    charge(1);  // and what the filter does: scans, copies and results are charged where they happen
     auto it = filters().find(name);
     if (it == filters().end()) fail(fmt::format("No filter named '{}'.", name));
     return it->second(input, args);

@@ -1,4 +1,5 @@
 // Tree-walking evaluator. Internal failures throw RenderError; Template::render converts them.
+// Work and memory are charged to the Budget that Template::render installs (budget.h).
 #pragma once
 
 #include <ctime>
@@ -13,12 +14,9 @@
 
 namespace pelican::jinja {
 
-// Guards against runaway templates.
-constexpr size_t kMaxOutputBytes = 64u << 20;  // rendered text
-constexpr int kMaxCallDepth = 256;             // nested macro calls
-constexpr int kMaxFrames = 2000;               // nested statements + expressions at run time (C++ stack)
-constexpr uint64_t kMaxSteps = 50'000'000;     // loop iterations + macro calls + statements
-constexpr size_t kMaxSequence = 1'000'000;     // elements made by range(), string/list repetition
+// Recursion guards, so that no template overflows the C++ stack (time and memory: budget.h).
+constexpr int kMaxCallDepth = 256;  // nested macro calls
+constexpr int kMaxFrames = 2000;    // nested statements + expressions at run time
 
 struct Scope {
     std::unordered_map<std::string, Value> vars;
@@ -49,7 +47,11 @@ public:
     std::string render(const Body& body, const Value& ctx);
 
     Value eval(const Expr& e);
-    void step();  // counts work against kMaxSteps
+    void step() { charge(1); }
+    // Keeps a namespace's attributes alive until the render ends. Namespaces are the only mutable
+    // values, so chains and cycles of them can be built; holding them all and clearing them at the
+    // end frees them without recursing through a chain and without leaking a cycle.
+    void keep_namespace(std::shared_ptr<Dict> attrs) { namespaces_.push_back(std::move(attrs)); }
 
     std::optional<std::time_t> now;
 
@@ -64,15 +66,17 @@ private:
     Value eval_compare(const Expr& e);
     Value eval_call(const Expr& e);
     Value apply_filter_expr(const Expr& e, Value input);
-    void write(const std::string& s);
+    void write(std::string_view s);
+    void write_value(const Value& v);  // str(v)
 
     std::shared_ptr<Scope> scope_;
     std::vector<std::weak_ptr<Scope>> macro_scopes_;  // cleared after render to break cycles
-    std::string* out_ = nullptr;
+    size_t macro_scopes_compact_at_ = 64;             // drop expired entries when the list grows past
+    std::vector<std::shared_ptr<Dict>> namespaces_;
+    TextBuilder* out_ = nullptr;  // the output or the capture buffer being written
     int call_depth_ = 0;
     int frames_ = 0;
     friend struct FrameGuard;
-    uint64_t steps_ = 0;
 };
 
 // Attribute / item access with jinja2's sandboxed getattr/getitem rules.
@@ -83,6 +87,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b);
 bool contains(const Value& container, const Value& item);
 // Iteration as jinja2's for loop and filters see it (dict → keys, str → characters).
 List iterate(const Value& v);
+// Work units of looking at a value once: elements of a list / dict, kBytesPerStep-byte runs of a string.
+size_t scan_steps(const Value& v);
 Value call_value(const Value& fn, const CallArgs& args);
 
 // Filters and tests (filters.cpp / tests.cpp); `interp` lets map/select call back into them.

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "jinja/interp.h"
+#include "jinja/str_util.h"
 #include "jinja/utf8.h"
 
 namespace pelican::jinja {
@@ -40,18 +41,35 @@ Value repeat(const Value& seq, int64_t n) {
     if (n <= 0)
         return seq.is_string() ? Value::string("")
                                : (seq.kind() == Value::Kind::Tuple ? Value::tuple({}) : Value::list({}));
-    size_t len = seq.is_string() ? seq.str().size() : seq.items().size();
-    size_t limit = seq.is_string() ? kMaxOutputBytes : kMaxSequence;  // bytes or elements
-    if (len != 0 && static_cast<uint64_t>(n) > limit / len) fail("sequence repetition too large");
+    const size_t count = static_cast<size_t>(n);
     if (seq.is_string()) {
+        const std::string& s = seq.str();
+        check_room(add_sat(mul_sat(s.size(), count), kObjectBytes), "string repetition too large");
         std::string out;
-        out.reserve(len * static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) out += seq.str();
+        out.reserve(s.size() * count);
+        for (size_t i = 0; i < count; ++i) out += s;
         return Value::string(std::move(out));
     }
+    const List& xs = seq.items();
+    check_room(add_sat(mul_sat(mul_sat(xs.size(), count), sizeof(Value)), kObjectBytes),
+               "sequence repetition too large");
     List out;
-    for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
+    out.reserve(xs.size() * count);
+    for (size_t i = 0; i < count; ++i) out.insert(out.end(), xs.begin(), xs.end());
     return seq.kind() == Value::Kind::Tuple ? Value::tuple(std::move(out)) : Value::list(std::move(out));
+}
+
+// str(a) + str(b), sized and checked before it is built.
+Value concat_text(const Value& a, const Value& b) {
+    std::string ta, tb;  // str() of non-strings
+    const std::string& x = a.is_string() ? a.str() : (ta = py_str(a));
+    const std::string& y = b.is_string() ? b.str() : (tb = py_str(b));
+    check_room(add_sat(x.size() + y.size(), kObjectBytes), "string concatenation too large");
+    std::string out;
+    out.reserve(x.size() + y.size());
+    out += x;
+    out += y;
+    return Value::string(std::move(out));
 }
 
 int64_t floor_div(int64_t a, int64_t b) {
@@ -72,20 +90,27 @@ int64_t floor_mod(int64_t a, int64_t b) {
 }  // namespace
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
-    if (op == "~") return Value::string(py_str(a) + py_str(b));
+    if (op == "~") return concat_text(a, b);
     bool ints = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
     bool nums = a.is_number() && b.is_number();
     if (op == "+") {
         if (ints) return Value::integer(checked_op('+', a.as_int(), b.as_int()));
         if (nums) return Value::number(a.as_float() + b.as_float());
         if (a.is_string() && b.is_string()) {
-            if (a.is_markup() || b.is_markup())
-                return Value::markup((a.is_markup() ? a.str() : html_escape(a.str())) +
-                                     (b.is_markup() ? b.str() : html_escape(b.str())));
-            return Value::string(a.str() + b.str());
+            if (a.is_markup() || b.is_markup()) {
+                std::string x = a.is_markup() ? a.str() : html_escape(a.str());
+                std::string y = b.is_markup() ? b.str() : html_escape(b.str());
+                check_room(add_sat(x.size() + y.size(), kObjectBytes), "string concatenation too large");
+                return Value::markup(x + y);
+            }
+            return concat_text(a, b);
         }
         if (a.is_list() && a.kind() == b.kind()) {
-            List out = a.items();
+            const size_t n = a.items().size() + b.items().size();
+            check_room(add_sat(mul_sat(n, sizeof(Value)), kObjectBytes), "list concatenation too large");
+            List out;
+            out.reserve(n);
+            out.insert(out.end(), a.items().begin(), a.items().end());
             out.insert(out.end(), b.items().begin(), b.items().end());
             return a.kind() == Value::Kind::Tuple ? Value::tuple(std::move(out))
                                                   : Value::list(std::move(out));
@@ -157,9 +182,10 @@ bool contains(const Value& c, const Value& item) {
     if (c.is_string()) {
         if (!item.is_string())
             fail(fmt::format("'in <string>' requires string as left operand, not {}", item.type_name()));
-        return c.str().find(item.str()) != std::string::npos;
+        return find_text(c.str(), item.str(), 0) != std::string::npos;
     }
     if (c.is_list() || c.kind() == Value::Kind::Iter) {
+        charge(c.items().size());
         for (const auto& x : c.items())
             if (py_equal(x, item)) return true;
         return false;
@@ -169,7 +195,15 @@ bool contains(const Value& c, const Value& item) {
     fail(fmt::format("argument of type '{}' is not iterable", c.type_name()));
 }
 
+size_t scan_steps(const Value& v) {
+    if (v.is_string()) return v.str().size() / kBytesPerStep;
+    if (v.is_list() || v.kind() == Value::Kind::Iter) return v.items().size();
+    if (v.is_dict() || v.is_object()) return v.dict_ref().entries.size();
+    return 0;
+}
+
 List iterate(const Value& v) {
+    charge(scan_steps(v));
     if (v.is_list() || v.kind() == Value::Kind::Iter) return v.items();
     if (v.is_dict()) {
         List keys;
@@ -177,6 +211,9 @@ List iterate(const Value& v) {
         return keys;
     }
     if (v.is_string()) {
+        // One string object per character: sized before decoding.
+        check_room(mul_sat(utf8_length(v.str()), sizeof(Value) + kObjectBytes),
+                   "list of characters too large");
         List chars;
         for (char32_t c : utf8_decode(v.str())) {
             std::string s;
@@ -242,6 +279,7 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
     };
     int64_t step = as_index(step_v).value_or(1);
     if (step == 0) fail("slice step cannot be zero");
+    charge(scan_steps(obj));
     std::u32string u;
     int64_t n;
     if (obj.is_string()) {
@@ -265,15 +303,20 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
     };
     int64_t b = clamp(as_index(start), step < 0 ? n - 1 : 0);
     int64_t e = clamp(as_index(stop), step < 0 ? -1 : n);
-    std::vector<size_t> idx;
-    for (int64_t i = b; step > 0 ? i < e : i > e; i += step) idx.push_back(static_cast<size_t>(i));
+    // Indices b, b + step, ... before e; a step past the int64 range ends the walk.
+    auto walk = [&](auto&& visit) {
+        for (int64_t i = b; step > 0 ? i < e : i > e;) {
+            visit(static_cast<size_t>(i));
+            if (__builtin_add_overflow(i, step, &i)) break;
+        }
+    };
     if (obj.is_string()) {
         std::u32string r;
-        for (size_t i : idx) r.push_back(u[i]);
+        walk([&](size_t i) { r.push_back(u[i]); });
         return Value::string(utf8_encode(r));
     }
     List r;
-    for (size_t i : idx) r.push_back(obj.items()[i]);
+    walk([&](size_t i) { r.push_back(obj.items()[i]); });
     return obj.kind() == Value::Kind::Tuple ? Value::tuple(std::move(r)) : Value::list(std::move(r));
 }
 
@@ -285,6 +328,7 @@ Value call_value(const Value& fn, const CallArgs& args) {
 
 Value Interp::eval(const Expr& e) {
     FrameGuard frame(*this);
+    step();
     switch (e.k) {
         case Expr::K::Literal:
             return e.lit;
@@ -332,9 +376,7 @@ Value Interp::eval(const Expr& e) {
         case Expr::K::Cond:
             if (eval(*e.b).truthy()) return eval(*e.a);
             if (e.c) return eval(*e.c);
-            return Value::undefined(fmt::format(
-                "the inline if-expression on line {} evaluated to false and no else section was defined.",
-                e.line));
+            return e.lit;  // the Undefined the parser made
         case Expr::K::Attr:
             return get_attr(eval(*e.a), e.name);
         case Expr::K::Item:

@@ -3,6 +3,9 @@
 // Scoping follows jinja2: every for-loop iteration and every macro call gets a fresh child
 // scope (assignments there never leak out; namespace() objects are how templates carry state);
 // if-blocks do not open a scope. Macros see their defining scope live (values at call time).
+#include <algorithm>
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "jinja/interp.h"
@@ -34,23 +37,26 @@ Interp::Interp(std::optional<std::time_t> t) : now(t) {}
 Interp::~Interp() {
     for (auto& w : macro_scopes_)
         if (auto s = w.lock()) s->vars.clear();
+    // Every namespace is still held here, so clearing one frees no other: no recursion, no cycle.
+    for (auto& d : namespaces_) d->entries.clear();
+    namespaces_.clear();
 }
 
 FrameGuard::FrameGuard(Interp& i) : in(i) {
     if (++in.frames_ > kMaxFrames) {
         --in.frames_;
-        fail("template nested too deeply at run time (recursion limit)");
+        fail(fmt::format("template nested too deeply at run time (recursion limit: {} levels)", kMaxFrames));
     }
 }
 FrameGuard::~FrameGuard() { --in.frames_; }
 
-void Interp::step() {
-    if (++steps_ > kMaxSteps) fail("template ran too long (step limit reached)");
-}
+void Interp::write(std::string_view s) { out_->append(s); }
 
-void Interp::write(const std::string& s) {
-    if (out_->size() + s.size() > kMaxOutputBytes) fail("template output too large");
-    *out_ += s;
+void Interp::write_value(const Value& v) {
+    if (v.is_string())
+        write(v.str());
+    else
+        write(py_str(v));
 }
 
 std::string Interp::render(const Body& body, const Value& ctx) {
@@ -62,16 +68,16 @@ std::string Interp::render(const Body& body, const Value& ctx) {
             if (k.is_string()) context->vars[k.str()] = v;
     scope_ = child_of(context);
     macro_scopes_.push_back(scope_);
-    std::string out;
+    TextBuilder out("template output too large");
     out_ = &out;
     exec_body(body);
     out_ = nullptr;
-    return out;
+    return out.take();
 }
 
 std::string Interp::capture(const Body& body) {
-    std::string buf;
-    std::string* saved = out_;
+    TextBuilder buf("template output too large");  // a macro's or set block's output
+    TextBuilder* saved = out_;
     out_ = &buf;
     try {
         exec_body(body);
@@ -80,7 +86,7 @@ std::string Interp::capture(const Body& body) {
         throw;
     }
     out_ = saved;
-    return buf;
+    return buf.take();
 }
 
 Interp::Flow Interp::exec_body(const Body& body) {
@@ -100,7 +106,7 @@ Interp::Flow Interp::exec(const Stmt& s) {
                 write(s.text);
                 break;
             case Stmt::K::Print:
-                write(py_str(eval(*s.expr)));
+                write_value(eval(*s.expr));
                 break;
             case Stmt::K::If:
                 for (const auto& [cond, body] : s.branches)
@@ -122,7 +128,7 @@ Interp::Flow Interp::exec(const Stmt& s) {
                 define_macro(s);
                 break;
             case Stmt::K::FilterBlock:
-                write(py_str(apply_chain(*this, *s.expr, Value::string(capture(s.body)))));
+                write_value(apply_chain(*this, *s.expr, Value::string(capture(s.body))));
                 break;
             case Stmt::K::Break:
                 return Flow::Break;
@@ -158,9 +164,58 @@ void Interp::exec_set(const Stmt& s) {
     for (size_t i = 0; i < items.size(); ++i) scope_->vars[s.targets[i]] = items[i];
 }
 
+namespace {
+
+// jinja2's LoopContext: one object per loop, updated as the loop advances (as jinja2's is).
+struct LoopObject {
+    enum Field { Index, Index0, Revindex, Revindex0, First, Last, Length, Depth, Depth0, Prev, Next, Cycle };
+    std::shared_ptr<Dict> attrs = std::make_shared<Dict>();
+    std::shared_ptr<int64_t> index0 = std::make_shared<int64_t>(0);  // read by loop.cycle()
+    Value object;
+
+    LoopObject(int64_t n, uint32_t items_depth) {
+        for (const char* k : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth",
+                              "depth0", "previtem", "nextitem", "cycle"})
+            attrs->entries.emplace_back(Value::string(k), Value());
+        attrs->entries[Length].second = Value::integer(n);
+        attrs->entries[Depth].second = Value::integer(1);
+        attrs->entries[Depth0].second = Value::integer(0);
+        auto cyc = std::make_shared<Callable>();
+        cyc->name = "cycle";
+        cyc->call = [i = index0](const CallArgs& a) -> Value {
+            if (a.pos.empty()) fail("no items for cycling given");
+            return a.pos[static_cast<size_t>(*i) % a.pos.size()];
+        };
+        attrs->entries[Cycle].second = Value::function(cyc);
+        attrs->sync();
+        attrs->depth = std::max(attrs->depth, items_depth);  // previtem / nextitem: items of a list that deep
+        object = Value::object("LoopContext", attrs);
+    }
+
+    void advance(const List& items, int64_t i) {
+        const int64_t n = static_cast<int64_t>(items.size());
+        auto& e = attrs->entries;
+        using K = Value::Kind;
+        *index0 = i;
+        e[Index].second.set_scalar(K::Int, i + 1);
+        e[Index0].second.set_scalar(K::Int, i);
+        e[Revindex].second.set_scalar(K::Int, n - i);
+        e[Revindex0].second.set_scalar(K::Int, n - i - 1);
+        e[First].second.set_scalar(K::Bool, i == 0);
+        e[Last].second.set_scalar(K::Bool, i == n - 1);
+        e[Prev].second =
+            i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item");
+        e[Next].second =
+            i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item");
+    }
+};
+
+}  // namespace
+
 void Interp::exec_for(const Stmt& s) {
     Value seq = eval(*s.expr);
-    List items = iterate(seq);
+    // Lists, tuples and iterators are walked in place (they are immutable); others become a list.
+    if (!seq.is_list() && seq.kind() != Value::Kind::Iter) seq = Value::list(iterate(seq));
     auto bind = [&](Scope& sc, const Value& item) {
         if (s.targets.size() == 1) {
             sc.vars[s.targets[0]] = item;
@@ -171,52 +226,44 @@ void Interp::exec_for(const Stmt& s) {
             fail(fmt::format("cannot unpack {} values into {} names", parts.size(), s.targets.size()));
         for (size_t i = 0; i < parts.size(); ++i) sc.vars[s.targets[i]] = parts[i];
     };
+    // Every iteration runs in a fresh scope (its assignments do not leak into the next one). The
+    // scope object is reused while nothing else holds it (a macro defined in the body does), emptied
+    // of anything but the loop's own names, which are overwritten.
+    std::shared_ptr<Scope> iter_scope;
+    const size_t own_names = s.targets.size() + (s.uses_loop ? 1 : 0);
+    auto fresh_scope = [&]() {
+        if (iter_scope && iter_scope.use_count() == 1) {
+            if (iter_scope->vars.size() > own_names) iter_scope->vars.clear();
+        } else {
+            iter_scope = child_of(scope_);
+        }
+        return iter_scope;
+    };
     if (s.cond) {  // `for x in xs if cond`: filter first, loop.length counts the kept items
         List kept;
-        for (const auto& item : items) {
+        for (const auto& item : seq.items()) {
             step();
-            ScopeGuard g(scope_, child_of(scope_));
+            ScopeGuard g(scope_, fresh_scope());
             bind(*scope_, item);
             if (eval(*s.cond).truthy()) kept.push_back(item);
         }
-        items = std::move(kept);
+        seq = Value::list(std::move(kept));
     }
-    const Value* outer_loop = scope_->lookup("loop");
-    Value parent_loop = outer_loop ? *outer_loop : Value();
-    int64_t n = static_cast<int64_t>(items.size());
+    const List& items = seq.items();
+    const int64_t n = static_cast<int64_t>(items.size());
+    std::optional<LoopObject> loop;
+    if (s.uses_loop) loop.emplace(n, seq.depth());
     for (int64_t i = 0; i < n; ++i) {
         step();
-        ScopeGuard g(scope_, child_of(scope_));
-        auto attrs = std::make_shared<Dict>();
-        auto set = [&](const char* k, Value v) {
-            attrs->entries.emplace_back(Value::string(k), std::move(v));
-        };
-        set("index", Value::integer(i + 1));
-        set("index0", Value::integer(i));
-        set("revindex", Value::integer(n - i));
-        set("revindex0", Value::integer(n - i - 1));
-        set("first", Value::boolean(i == 0));
-        set("last", Value::boolean(i == n - 1));
-        set("length", Value::integer(n));
-        set("depth", Value::integer(1));
-        set("depth0", Value::integer(0));
-        set("previtem",
-            i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item"));
-        set("nextitem",
-            i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item"));
-        auto cyc = std::make_shared<Callable>();
-        cyc->name = "cycle";
-        cyc->call = [i](const CallArgs& a) -> Value {
-            if (a.pos.empty()) fail("no items for cycling given");
-            return a.pos[static_cast<size_t>(i) % a.pos.size()];
-        };
-        set("cycle", Value::function(cyc));
-        scope_->vars["loop"] = Value::object("LoopContext", attrs);
+        ScopeGuard g(scope_, fresh_scope());
+        if (loop) {
+            loop->advance(items, i);
+            scope_->vars["loop"] = loop->object;
+        }
         bind(*scope_, items[static_cast<size_t>(i)]);
         Flow f = exec_body(s.body);
         if (f == Flow::Break) break;
     }
-    (void)parent_loop;
     if (n == 0) exec_body(s.else_body);
 }
 
@@ -224,12 +271,17 @@ void Interp::define_macro(const Stmt& s) {
     auto fn = std::make_shared<Callable>();
     fn->name = s.name;
     std::shared_ptr<Scope> defining = scope_;
+    if (macro_scopes_.size() >= macro_scopes_compact_at_) {  // a macro defined in a long loop
+        std::erase_if(macro_scopes_, [](const std::weak_ptr<Scope>& w) { return w.expired(); });
+        macro_scopes_compact_at_ = std::max<size_t>(64, 2 * macro_scopes_.size());
+    }
     macro_scopes_.push_back(defining);
     const Stmt* def = &s;
     fn->call = [this, def, defining](const CallArgs& args) -> Value {
         if (++call_depth_ > kMaxCallDepth) {
             --call_depth_;
-            fail("maximum macro recursion depth exceeded");
+            fail(fmt::format("maximum macro recursion depth exceeded (macro calls nested {} deep)",
+                             kMaxCallDepth));
         }
         step();
         struct DepthDec {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "jinja/ast.h"
+#include "jinja/budget.h"
 #include "jinja/interp.h"
 
 namespace pelican::jinja {
@@ -37,8 +38,11 @@ Expected<std::string> Template::render(const nlohmann::ordered_json& context,
     if (!context.is_object() && !context.is_null())
         return Error{"template: render context must be a JSON object"};
     try {
+        // Declared first, destroyed last: every value of the render holds bytes against it.
+        Budget budget(opt.max_steps, opt.max_bytes);
         Interp interp(opt.now);
-        return interp.render(impl_->body, Value::from_json(context));
+        Value ctx = Value::from_json(context);
+        return interp.render(impl_->body, ctx);
     } catch (const RenderError& e) {
         return Error{e.message};
     } catch (const std::exception& e) {

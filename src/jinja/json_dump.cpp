@@ -13,7 +13,7 @@ namespace {
 struct Dumper {
     const JsonDumpOptions& opt;
     std::string item_sep, key_sep;
-    std::string out;
+    TextBuilder out{"tojson result too large"};  // shared sublists print many times over: checked as it grows
     int depth = 0;
 
     void newline(int level) {
@@ -58,7 +58,9 @@ struct Dumper {
                             out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
                         }
                     } else {
-                        utf8_append(out, c);
+                        std::string ch;  // at most 4 bytes: no allocation
+                        utf8_append(ch, c);
+                        out += ch;
                     }
             }
         }
@@ -102,6 +104,7 @@ struct Dumper {
             case K::List:
             case K::Tuple: {
                 const auto& xs = v.items();
+                charge(xs.size());
                 if (xs.empty()) {
                     out += "[]";
                     break;
@@ -148,11 +151,11 @@ struct Dumper {
 }  // namespace
 
 std::string py_json_dumps(const Value& v, const JsonDumpOptions& opt) {
-    Dumper d{opt, {}, {}, {}, 0};
+    Dumper d{opt, {}, {}};
     d.item_sep = opt.item_sep ? *opt.item_sep : (opt.indent ? "," : ", ");
     d.key_sep = opt.key_sep ? *opt.key_sep : ": ";
     d.value(v);
-    return std::move(d.out);
+    return d.out.take();
 }
 
 }  // namespace pelican::jinja

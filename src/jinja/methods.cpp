@@ -17,7 +17,10 @@ using Method = Value (*)(const Value& self, const CallArgs& a);
 Value bound(const Value& self, const std::string& name, Method m) {
     auto c = std::make_shared<Callable>();
     c->name = name;
-    c->call = [self, m](const CallArgs& a) { return m(self, a); };
+    c->call = [self, m](const CallArgs& a) {
+        charge(1);  // and what the method does: scans, copies and results are charged where they happen
+        return m(self, a);
+    };
     return Value::function(std::move(c));
 }
 
@@ -36,7 +39,9 @@ const std::string* opt_chars(const Value& v, std::string& buf) {
 }
 
 Value str_list(std::vector<std::string> parts) {
+    check_room(mul_sat(parts.size(), sizeof(Value) + kObjectBytes), "list of strings too large");
     List out;
+    out.reserve(parts.size());
     for (auto& p : parts) out.push_back(Value::string(std::move(p)));
     return Value::list(std::move(out));
 }
@@ -144,7 +149,7 @@ Value str_method(const Value& self, const std::string& name) {
          [](const Value& s, const CallArgs& a) { return Value::string(py_str_format(s.str(), a)); }},
         {"join",
          [](const Value& s, const CallArgs& a) {
-             std::string out;
+             TextBuilder out("joined string too large");
              size_t i = 0;
              for (const auto& x : iterate(a.bind("join", {"iterable"})[0].require())) {
                  if (!x.is_string())
@@ -152,7 +157,7 @@ Value str_method(const Value& self, const std::string& name) {
                  if (i++) out += s.str();
                  out += x.str();
              }
-             return Value::string(std::move(out));
+             return Value::string(out.take());
          }},
         {"splitlines",
          [](const Value& s, const CallArgs& a) {
@@ -186,7 +191,7 @@ Value str_method(const Value& self, const std::string& name) {
         {"partition",
          [](const Value& s, const CallArgs& a) {
              std::string x = need_str(a.bind("partition", {"sep"})[0], "sep");
-             size_t p = s.str().find(x);
+             size_t p = find_text(s.str(), x, 0);
              if (p == std::string::npos) return Value::tuple({s, Value::string(""), Value::string("")});
              return Value::tuple({Value::string(s.str().substr(0, p)), Value::string(x),
                                   Value::string(s.str().substr(p + x.size()))});
@@ -243,6 +248,7 @@ std::optional<Value> get_method(const Value& obj, const std::string& name) {
         if (name == "index")
             return bound(obj, name, [](const Value& s, const CallArgs& a) {
                 auto p = a.bind("index", {"value"});
+                charge(s.items().size());
                 for (size_t i = 0; i < s.items().size(); ++i)
                     if (py_equal(s.items()[i], p[0])) return Value::integer(static_cast<int64_t>(i));
                 fail(fmt::format("{} is not in list", py_repr(p[0])));
@@ -250,6 +256,7 @@ std::optional<Value> get_method(const Value& obj, const std::string& name) {
         if (name == "count")
             return bound(obj, name, [](const Value& s, const CallArgs& a) {
                 auto p = a.bind("count", {"value"});
+                charge(s.items().size());
                 int64_t n = 0;
                 for (const auto& x : s.items()) n += py_equal(x, p[0]);
                 return Value::integer(n);

@@ -155,6 +155,7 @@ private:
             if (!is_name("in")) fail_here("'in'");
             next();
             s->expr = parse_tuple(false, true);
+            const int mentions_before = loop_mentions_;
             if (is_name("if")) {
                 next();
                 s->cond = parse_condexpr();
@@ -164,6 +165,7 @@ private:
             ++loop_depth_;
             s->body = parse_body({"endfor", "else"});
             --loop_depth_;
+            s->uses_loop = loop_mentions_ != mentions_before;
             if (cur().text == "else") {
                 next();
                 expect_block_end();
@@ -297,6 +299,10 @@ private:
             if (is_name("else")) {
                 next();
                 c->c = parse_condexpr();
+            } else {  // the value when false, made once here rather than at every evaluation
+                c->lit = Value::undefined(fmt::format(
+                    "the inline if-expression on line {} evaluated to false and no else section was defined.",
+                    line));
             }
             e = std::move(c);
         }
@@ -436,6 +442,7 @@ private:
             } else {
                 e->k = Expr::K::Name;
                 e->name = t.text;
+                if (e->name == "loop") ++loop_mentions_;
             }
             next();
             return e;
@@ -641,7 +648,8 @@ private:
     std::vector<Token> t_;
     size_t i_ = 0;
     int depth_ = 0;
-    int loop_depth_ = 0;  // for-loops enclosing the current statement (break/continue check)
+    int loop_depth_ = 0;     // for-loops enclosing the current statement (break/continue check)
+    int loop_mentions_ = 0;  // `loop` names parsed so far (which for-loops need a loop object)
 };
 
 }  // namespace

@@ -1,15 +1,22 @@
 // Python str operations that need more than a line: split, replace, splitlines, number parsing,
-// % formatting and str.format. Lengths and widths count code points.
+// % formatting and str.format. Lengths and widths count code points. Results are built within the
+// render's memory limit and their work is charged to its step budget (budget.h).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jinja/value.h"
 
 namespace pelican::jinja {
+
+// Substring search charged to the render's budget per byte scanned and per candidate compared, so
+// that a worst-case search (n * m byte compares) is paid for in steps. npos when absent.
+size_t find_text(std::string_view hay, std::string_view needle, size_t pos);
+size_t rfind_text(std::string_view hay, std::string_view needle);  // last occurrence
 
 std::optional<int64_t> parse_py_int(const std::string& s, int base);  // int(s, base)
 std::optional<double> parse_py_float(const std::string& s);           // float(s)

@@ -94,6 +94,7 @@ const std::unordered_map<std::string, TestFn>& tests() {
 bool has_test(const std::string& name) { return tests().count(name) != 0; }
 
 bool apply_test(const std::string& name, const Value& input, const CallArgs& args, int line) {
+    charge(1);
     auto it = tests().find(name);
     if (it == tests().end()) {
         if (name == "filter" || name == "test") {

@@ -1,16 +1,25 @@
 #include "jinja/utf8.h"
 
+#include <algorithm>
+
+#include "jinja/budget.h"
+
 #include "core/utf8.h"
 
 #include <utf8proc.h>
 
 namespace pelican::jinja {
 
-std::u32string utf8_decode(std::string_view s) { return pelican::utf8_decode_all(s); }
+std::u32string utf8_decode(std::string_view s) {
+    charge_chars(s.size());
+    check_room(s.size() * sizeof(char32_t), "string too large to process (decoded to code points)");
+    return pelican::utf8_decode_all(s);
+}
 
 void utf8_append(std::string& out, char32_t cp) { pelican::utf8_append(out, static_cast<uint32_t>(cp)); }
 
 std::string utf8_encode(std::u32string_view s) {
+    charge_chars(s.size());
     std::string out;
     out.reserve(s.size());
     for (char32_t c : s) utf8_append(out, c);
@@ -18,6 +27,7 @@ std::string utf8_encode(std::u32string_view s) {
 }
 
 size_t utf8_length(std::string_view s) {
+    charge_bytes(s.size());
     size_t n = 0;
     for (unsigned char c : s)
         if ((c & 0xC0) != 0x80) ++n;
@@ -115,9 +125,14 @@ std::string py_str_capitalize(std::string_view s) {
 
 std::string py_strip(std::string_view s, const std::string* chars, bool left, bool right) {
     std::u32string u = utf8_decode(s);
-    std::u32string set;
-    if (chars) set = utf8_decode(*chars);
-    auto strip_it = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : py_isspace(c); };
+    std::u32string set;  // sorted: a lookup costs log(chars), not chars
+    if (chars) {
+        set = utf8_decode(*chars);
+        std::sort(set.begin(), set.end());
+    }
+    auto strip_it = [&](char32_t c) {
+        return chars ? std::binary_search(set.begin(), set.end(), c) : py_isspace(c);
+    };
     size_t b = 0, e = u.size();
     if (left)
         while (b < e && strip_it(u[b])) ++b;

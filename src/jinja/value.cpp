@@ -1,9 +1,7 @@
 #include "jinja/value.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,20 +12,41 @@ namespace pelican::jinja {
 
 void fail(std::string message) { throw RenderError{std::move(message), false}; }
 
-Value Value::list(List items) {
-    Value v = make(Kind::List);
-    v.list_ = std::make_shared<List>(std::move(items));
+const std::string& empty_text() {
+    static const std::string empty;
+    return empty;
+}
+
+StrBox::StrBox(std::string s) : text(std::move(s)) {
+    // Short strings live inside the std::string object (SSO capacity 15).
+    held.resize(kObjectBytes + (text.capacity() > 15 ? text.capacity() + 1 : 0), "string too large");
+}
+
+ListBox::ListBox(List xs) : items(std::move(xs)) {
+    charge(items.size());
+    for (const Value& x : items) depth = std::max(depth, x.depth() + 1);
+    if (depth > kMaxValueDepth)
+        fail(fmt::format("value nested too deeply (lists / dicts more than {} levels deep)", kMaxValueDepth));
+    held.resize(kObjectBytes + items.capacity() * sizeof(Value), "list too large");
+}
+
+void Value::set_text(std::string s) {
+    if (s.empty())
+        str_.reset();
+    else
+        str_ = std::make_shared<const StrBox>(std::move(s));
+}
+
+Value Value::make_list(Kind k, List items) {
+    Value v = make(k);
+    v.list_ = std::make_shared<const ListBox>(std::move(items));
     return v;
 }
-Value Value::tuple(List items) {
-    Value v = make(Kind::Tuple);
-    v.list_ = std::make_shared<List>(std::move(items));
-    return v;
-}
+Value Value::list(List items) { return make_list(Kind::List, std::move(items)); }
+Value Value::tuple(List items) { return make_list(Kind::Tuple, std::move(items)); }
 Value Value::iter(List items, std::string type_name) {
-    Value v = make(Kind::Iter);
-    v.list_ = std::make_shared<List>(std::move(items));
-    v.str_ = std::move(type_name);
+    Value v = make_list(Kind::Iter, std::move(items));
+    v.set_text(std::move(type_name));
     return v;
 }
 Value Value::dict(std::shared_ptr<Dict> d) {
@@ -38,7 +57,7 @@ Value Value::dict(std::shared_ptr<Dict> d) {
 Value Value::dict() { return dict(std::make_shared<Dict>()); }
 Value Value::object(std::string type_name, std::shared_ptr<Dict> attrs) {
     Value v = make(Kind::Object);
-    v.str_ = std::move(type_name);
+    v.set_text(std::move(type_name));
     v.dict_ = std::move(attrs);
     return v;
 }
@@ -59,10 +78,10 @@ bool Value::truthy() const {
         case Kind::Float:
             return f_ != 0;
         case Kind::String:
-            return !str_.empty();
+            return str_ != nullptr;
         case Kind::List:
         case Kind::Tuple:
-            return !list_->empty();
+            return !list_->items.empty();
         case Kind::Dict:
             return !dict_->entries.empty();
         default:
@@ -70,7 +89,7 @@ bool Value::truthy() const {
     }
 }
 
-void Value::fail_undefined() const { fail(str_.empty() ? std::string("value is undefined") : str_); }
+void Value::fail_undefined() const { fail(str_ ? str_->text : std::string("value is undefined")); }
 
 std::string Value::type_name() const {
     switch (kind_) {
@@ -94,7 +113,7 @@ std::string Value::type_name() const {
             return "dict";
         case Kind::Object:
         case Kind::Iter:
-            return str_;
+            return str();
         case Kind::Function:
             return "function";
     }
@@ -129,6 +148,7 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
             d->entries.reserve(j.size());
             for (auto it = j.begin(); it != j.end(); ++it)
                 d->entries.emplace_back(string(it.key()), from_json(*it));
+            d->sync();
             return dict(std::move(d));
         }
         default:
@@ -136,23 +156,48 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     }
 }
 
+namespace {
+
+size_t entries_bytes(size_t capacity) { return kObjectBytes + capacity * sizeof(std::pair<Value, Value>); }
+
+[[noreturn]] void too_deep() {
+    fail(fmt::format("value nested too deeply (lists / dicts more than {} levels deep)", kMaxValueDepth));
+}
+
+}  // namespace
+
 const Value* Dict::find(const Value& key) const {
+    charge(entries.size());
     for (const auto& [k, v] : entries)
         if (py_equal(k, key)) return &v;
     return nullptr;
 }
 const Value* Dict::find(std::string_view key) const {
+    charge(entries.size());
     for (const auto& [k, v] : entries)
         if (k.is_string() && k.str() == key) return &v;
     return nullptr;
 }
 void Dict::set(const Value& key, Value v) {
+    uint32_t d = std::max({depth, key.depth() + 1, v.depth() + 1});
+    if (d > kMaxValueDepth) too_deep();
+    charge(entries.size());
     for (auto& [k, old] : entries)
         if (py_equal(k, key)) {
             old = std::move(v);
+            depth = d;
             return;
         }
+    if (entries.size() == entries.capacity())  // hold the grown storage before allocating it
+        held.resize(entries_bytes(std::max<size_t>(4, 2 * entries.capacity())), "dict too large");
     entries.emplace_back(key, std::move(v));
+    depth = d;
+}
+void Dict::sync() {
+    charge(entries.size());
+    for (const auto& [k, v] : entries) depth = std::max({depth, k.depth() + 1, v.depth() + 1});
+    if (depth > kMaxValueDepth) too_deep();
+    held.resize(entries_bytes(entries.capacity()), "dict too large");
 }
 
 std::vector<Value> CallArgs::bind(const char* fn_name, std::initializer_list<const char*> names) const {
@@ -185,11 +230,14 @@ bool py_equal(const Value& a, const Value& b) {
         case K::None:
             return true;
         case K::String:
+            if (a.str().size() != b.str().size()) return false;
+            charge_bytes(a.str().size());
             return a.str() == b.str();
         case K::List:
         case K::Tuple: {
             const auto &x = a.items(), &y = b.items();
             if (x.size() != y.size()) return false;
+            charge(x.size());
             for (size_t i = 0; i < x.size(); ++i)
                 if (!py_equal(x[i], y[i])) return false;
             return true;
@@ -221,11 +269,13 @@ int py_compare(const Value& a, const Value& b, const char* op) {
         return a.as_int() < b.as_int() ? -1 : (a.as_int() > b.as_int() ? 1 : 0);
     }
     if (a.is_string() && b.is_string()) {
+        charge_bytes(std::min(a.str().size(), b.str().size()));
         int c = a.str().compare(b.str());  // UTF-8 byte order equals code point order
         return c < 0 ? -1 : (c > 0 ? 1 : 0);
     }
     if (a.kind() == b.kind() && a.is_list()) {
         const auto &x = a.items(), &y = b.items();
+        charge(std::min(x.size(), y.size()));
         for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
             if (py_equal(x[i], y[i])) continue;
             return py_compare(x[i], y[i], op);
@@ -236,167 +286,6 @@ int py_compare(const Value& a, const Value& b, const char* op) {
     if (b.is_undefined()) b.fail_undefined();
     fail(fmt::format("'{}' not supported between instances of '{}' and '{}'", op, a.type_name(),
                      b.type_name()));
-}
-
-std::string py_float_repr(double d) {
-    if (std::isnan(d)) return "nan";
-    if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
-    if (d == 0) return std::signbit(d) ? "-0.0" : "0.0";
-    char buf[64];
-    auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
-    std::string sci(buf, r.ptr);  // "-d.ddde+XX"
-    bool neg = sci[0] == '-';
-    if (neg) sci.erase(0, 1);
-    size_t epos = sci.find('e');
-    int exp = std::stoi(sci.substr(epos + 1));
-    std::string digits;
-    for (size_t i = 0; i < epos; ++i)
-        if (sci[i] != '.') digits.push_back(sci[i]);
-    std::string out = neg ? "-" : "";
-    if (exp < -4 || exp >= 16) {
-        out += digits.substr(0, 1);
-        if (digits.size() > 1) out.push_back('.'), out.append(digits, 1, std::string::npos);
-        out += fmt::format("e{}{:02d}", exp < 0 ? '-' : '+', std::abs(exp));
-    } else if (exp < 0) {
-        out += "0.";
-        out.append(static_cast<size_t>(-exp - 1), '0');
-        out += digits;
-    } else {
-        size_t point = static_cast<size_t>(exp) + 1;
-        if (digits.size() <= point) {
-            out += digits;
-            out.append(point - digits.size(), '0');
-            out += ".0";
-        } else {
-            out.append(digits, 0, point);
-            out.push_back('.');
-            out.append(digits, point, std::string::npos);
-        }
-    }
-    return out;
-}
-
-std::string py_string_repr(const std::string& s) {
-    std::u32string u = utf8_decode(s);
-    bool has_single = u.find(U'\'') != std::u32string::npos;
-    bool has_double = u.find(U'"') != std::u32string::npos;
-    char q = (has_single && !has_double) ? '"' : '\'';
-    std::string out(1, q);
-    for (char32_t c : u) {
-        if (c == static_cast<char32_t>(q) || c == '\\') {
-            out.push_back('\\');
-            out.push_back(static_cast<char>(c));
-        } else if (c == '\n') {
-            out += "\\n";
-        } else if (c == '\r') {
-            out += "\\r";
-        } else if (c == '\t') {
-            out += "\\t";
-        } else if (!py_isprintable(c)) {
-            if (c < 0x100)
-                out += fmt::format("\\x{:02x}", static_cast<unsigned>(c));
-            else if (c < 0x10000)
-                out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-            else
-                out += fmt::format("\\U{:08x}", static_cast<unsigned>(c));
-        } else {
-            utf8_append(out, c);
-        }
-    }
-    out.push_back(q);
-    return out;
-}
-
-std::string html_escape(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        switch (c) {
-            case '&':
-                out += "&amp;";
-                break;
-            case '<':
-                out += "&lt;";
-                break;
-            case '>':
-                out += "&gt;";
-                break;
-            case '"':
-                out += "&#34;";
-                break;
-            case '\'':
-                out += "&#39;";
-                break;
-            default:
-                out.push_back(c);
-        }
-    }
-    return out;
-}
-
-std::string py_repr(const Value& v) {
-    using K = Value::Kind;
-    switch (v.kind()) {
-        case K::String:
-            return py_string_repr(v.str());
-        case K::List:
-        case K::Tuple: {
-            bool tup = v.kind() == K::Tuple;
-            std::string out = tup ? "(" : "[";
-            const auto& xs = v.items();
-            for (size_t i = 0; i < xs.size(); ++i) {
-                if (i) out += ", ";
-                out += py_repr(xs[i]);
-            }
-            if (tup && xs.size() == 1) out += ",";
-            out += tup ? ")" : "]";
-            return out;
-        }
-        case K::Dict: {
-            std::string out = "{";
-            bool first = true;
-            for (const auto& [k, x] : v.dict_ref().entries) {
-                if (!first) out += ", ";
-                first = false;
-                out += py_repr(k) + ": " + py_repr(x);
-            }
-            return out + "}";
-        }
-        case K::Undefined:
-            return "Undefined";
-        default:
-            return py_str(v);
-    }
-}
-
-std::string py_str(const Value& v) {
-    using K = Value::Kind;
-    switch (v.kind()) {
-        case K::Undefined:
-            return "";
-        case K::None:
-            return "None";
-        case K::Bool:
-            return v.as_bool() ? "True" : "False";
-        case K::Int:
-            return std::to_string(v.as_int());
-        case K::Float:
-            return py_float_repr(v.as_float());
-        case K::String:
-            return v.str();
-        case K::Object: {
-            if (v.str() == "Namespace") {
-                Value d = Value::dict(v.dict_ptr());
-                return "<Namespace " + py_repr(d) + ">";
-            }
-            return "<" + v.str() + " object>";
-        }
-        case K::Function:
-            return "<function " + v.fn().name + ">";
-        case K::Iter:
-            return "<" + v.str() + " object>";
-        default:
-            return py_repr(v);
-    }
 }
 
 }  // namespace pelican::jinja

@@ -1,6 +1,10 @@
-// The Jinja value model: Python's objects as the templates see them. Lists, dicts and objects
-// are shared by reference (Python semantics for namespace attribute assignment); dicts keep
-// insertion order. Undefined carries the message it raises when used (jinja2's Undefined).
+// The Jinja value model: Python's objects as the templates see them. Strings, lists, dicts and
+// objects are shared by reference, so copying a Value is O(1) (strings and lists are immutable, as
+// the sandbox makes them; namespace attribute assignment mutates shared objects as in Python); dicts
+// keep insertion order. Undefined carries the message it raises when used (jinja2's Undefined).
+// Strings, lists and dicts made during a render hold their bytes against its budget (budget.h), and
+// containers record their nesting depth, capped at kMaxValueDepth so that printing, comparing and
+// destroying a value cannot overflow the C++ stack.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +16,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "jinja/budget.h"
+
 namespace pelican::jinja {
+
+inline constexpr uint32_t kMaxValueDepth = 512;  // nesting levels of lists / dicts (a list of ints: 1)
 
 // Internal render failure; converted to pelican::Error at the Template boundary.
 struct RenderError {
@@ -25,6 +33,8 @@ class Value;
 using List = std::vector<Value>;
 struct Dict;
 struct Callable;
+struct StrBox;
+struct ListBox;
 
 class Value {
 public:
@@ -48,7 +58,7 @@ public:
     Value() = default;  // Undefined
     static Value undefined(std::string why = {}) {
         Value v;
-        v.str_ = std::move(why);
+        v.set_text(std::move(why));
         return v;
     }
     static Value none() { return make(Kind::None); }
@@ -69,7 +79,7 @@ public:
     }
     static Value string(std::string s) {
         Value v = make(Kind::String);
-        v.str_ = std::move(s);
+        v.set_text(std::move(s));
         return v;
     }
     // markupsafe.Markup (from |safe / |escape): `+` with a plain str HTML-escapes the str.
@@ -101,12 +111,21 @@ public:
     bool is_object() const { return kind_ == Kind::Object; }
     bool is_function() const { return kind_ == Kind::Function; }
 
+    // Overwrites this with an Int or Bool, in place when it holds no payload (loop counters).
+    void set_scalar(Kind k, int64_t i) {
+        if (str_ || list_ || dict_ || fn_) *this = Value();
+        kind_ = k;
+        markup_ = false;
+        i_ = i;
+    }
+
     bool as_bool() const { return i_ != 0; }
     int64_t as_int() const { return i_; }  // also valid for Bool
     double as_float() const { return kind_ == Kind::Float ? f_ : static_cast<double>(i_); }
-    const std::string& str() const { return str_; }  // String text, Undefined message, Object type name
-    const List& items() const { return *list_; }     // List, Tuple, Iter
-    List& items_mut() { return *list_; }
+    const std::string& str() const;  // String text, Undefined message, Object type name
+    const List& items() const;       // List, Tuple, Iter
+    // Nesting levels: 0 for scalars, 1 + the deepest element for lists and dicts.
+    uint32_t depth() const;
     Dict& dict_ref() const { return *dict_; }
     const std::shared_ptr<Dict>& dict_ptr() const { return dict_; }
     const Callable& fn() const { return *fn_; }
@@ -130,23 +149,48 @@ private:
         v.kind_ = k;
         return v;
     }
+    void set_text(std::string s);
+    static Value make_list(Kind k, List items);
     Kind kind_ = Kind::Undefined;
     bool markup_ = false;
     int64_t i_ = 0;
     double f_ = 0;
-    std::string str_;
-    std::shared_ptr<List> list_;
+    std::shared_ptr<const StrBox> str_;  // null: ""
+    std::shared_ptr<const ListBox> list_;
     std::shared_ptr<Dict> dict_;
     std::shared_ptr<Callable> fn_;
 };
 
-// Insertion-ordered mapping; lookups are linear (template dicts are small).
+// Shared payloads. Constructing one holds its bytes against the current render's budget.
+struct StrBox {
+    explicit StrBox(std::string s);
+    std::string text;
+    Held held;
+};
+struct ListBox {
+    explicit ListBox(List xs);  // fails past kMaxValueDepth
+    List items;
+    uint32_t depth = 1;
+    Held held;
+};
+
+const std::string& empty_text();
+inline const std::string& Value::str() const { return str_ ? str_->text : empty_text(); }
+inline const List& Value::items() const { return list_->items; }
+
+// Insertion-ordered mapping; lookups are linear (template dicts are small) and charged a step per
+// entry compared. Fill through set(), or fill `entries` directly and call sync().
 struct Dict {
     std::vector<std::pair<Value, Value>> entries;
+    uint32_t depth = 1;  // as Value::depth(); a namespace's may lag behind later mutation of its members
+    Held held;           // bytes of `entries`
     const Value* find(const Value& key) const;
     const Value* find(std::string_view key) const;
     void set(const Value& key, Value v);
+    void sync();  // accounts entries filled directly: depth (checked) and bytes
 };
+
+inline uint32_t Value::depth() const { return list_ ? list_->depth : (dict_ ? dict_->depth : 0); }
 
 struct CallArgs {
     std::vector<Value> pos;

@@ -1,5 +1,6 @@
 // Fuzzes the Jinja interpreter: the input is a template source, rendered against a small
-// chat-like context. Any outcome is fine except a crash, hang or runaway allocation.
+// chat-like context. Any outcome is fine except a crash, hang or runaway allocation (small render
+// limits keep each input fast).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -25,6 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!t) return 0;
     pelican::jinja::RenderOptions opt;
     opt.now = 0;
+    opt.max_steps = 1'000'000;  // runaway inputs stop in milliseconds, not seconds
+    opt.max_bytes = 4u << 20;
     (void)t->render(ctx, opt);
     return 0;
 }
