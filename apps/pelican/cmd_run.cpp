@@ -47,6 +47,8 @@ struct RunArgs {
     bool ignore_eos = false;
     bool verbose = false;
     std::string device = "auto";
+    long long template_max_steps = 100000000;  // signed: "-5" is an error, not a huge number
+    long long template_max_bytes = 64LL * 1024 * 1024;
 };
 
 double rate(int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; }
@@ -88,6 +90,10 @@ int run(RunArgs a) {
             fmt::format("run: -t {}: this machine has {} cores; give 1 to {} threads (0: the default, {})",
                         a.n_threads, ThreadPool::available_cores(), ThreadPool::max_thread_count(),
                         ThreadPool::default_thread_count()));
+    if (a.template_max_steps < 1 || a.template_max_bytes < 1)
+        return report_usage_error("run: --template-max-steps and --template-max-bytes must be at least 1");
+    const TemplateLimits limits{.max_steps = static_cast<uint64_t>(a.template_max_steps),
+                                .max_bytes = static_cast<size_t>(a.template_max_bytes)};
     auto seed = parse_seed(a.seed, kRandomSeed);
     if (!seed) return report_usage_error("run: " + seed.error().message);
     auto device = parse_device(a.device);
@@ -117,7 +123,8 @@ int run(RunArgs a) {
     // Chat: the message is untrusted text (no special tokens parsed inside it); the template writes
     // BOS where the model wants it. Raw prompts: special-token texts are recognized, as Hugging
     // Face's tokenizer(text) does, unless --no-special.
-    auto ids = a.chat ? e.chat_tokens(prompt) : e.tokenize(prompt, /*add_special=*/true, !a.no_special);
+    auto ids =
+        a.chat ? e.chat_tokens(prompt, limits) : e.tokenize(prompt, /*add_special=*/true, !a.no_special);
     if (!ids) return report_error(ids.error());
 
     auto session = e.create_session(SessionOptions{.n_ctx = a.n_ctx, .n_threads = a.n_threads});
@@ -178,6 +185,12 @@ void setup(CLI::App& app) {
     sub->add_flag("--chat", a->chat,
                   "Render the prompt as a user message with the model's chat template (its text is never "
                   "parsed for special tokens)");
+    sub->add_option("--template-max-steps", a->template_max_steps,
+                    "--chat: step budget of the chat template's render (it comes with the model: untrusted)")
+        ->capture_default_str();
+    sub->add_option("--template-max-bytes", a->template_max_bytes,
+                    "--chat: memory the chat template's render may hold, in bytes")
+        ->capture_default_str();
     sub->add_flag("--no-special", a->no_special,
                   "Raw prompts: treat special-token texts such as <|im_start|> as plain text");
     sub->add_option(

@@ -29,7 +29,8 @@ void set_exit_code(int code);
 // Prints "pelican: error: <message>" to stderr and returns kExitError.
 int report_error(const Error& e);
 int report_error(std::string_view message);
-// The same for a usage error (a bad combination of options): returns kExitUsage.
+// The same for a usage error (a bad combination of options), with a hint to the command's --help
+// when the message starts with "<command>:": returns kExitUsage.
 int report_usage_error(std::string_view message);
 
 }  // namespace pelican::cli

@@ -56,7 +56,15 @@ int report_error(std::string_view message) {
 int report_error(const Error& e) { return report_error(e.message); }
 
 int report_usage_error(std::string_view message) {
-    std::fprintf(stderr, "pelican: error: %.*s\n", static_cast<int>(message.size()), message.data());
+    // "run: ..." names the command: point at its --help.
+    const size_t colon = message.find(':');
+    const std::string_view sub =
+        colon == std::string_view::npos ? std::string_view() : message.substr(0, colon);
+    const bool is_command = !sub.empty() && std::any_of(registry().begin(), registry().end(),
+                                                        [&](const Entry& e) { return sub == e.name; });
+    std::fprintf(stderr, "pelican: error: %.*s\nRun 'pelican %.*s%s--help' for usage.\n",
+                 static_cast<int>(message.size()), message.data(),
+                 is_command ? static_cast<int>(sub.size()) : 0, sub.data(), is_command ? " " : "");
     return kExitUsage;
 }
 

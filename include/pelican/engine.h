@@ -58,6 +58,13 @@ struct SessionOptions {
     Device device = Device::kAuto;
 };
 
+// Limits for rendering the model's chat template, which comes with the model and is untrusted
+// (jinja/jinja.h): a step budget and the memory the render may hold at once.
+struct TemplateLimits {
+    uint64_t max_steps = 100000000;       // 10^8 (jinja::kDefaultMaxSteps)
+    size_t max_bytes = size_t{64} << 20;  // 64 MiB (jinja::kDefaultMaxBytes)
+};
+
 struct GenerateParams {
     // Tokens to generate at most; -1 = no limit. Generation always ends when the context is full
     // (StopReason::kContextFull), whatever max_tokens says.
@@ -116,11 +123,12 @@ public:
     Expected<std::vector<int32_t>> tokenize(std::string_view text, bool add_special = true,
                                             bool parse_special = true) const;
     // Renders one user message with the model's chat template (add_generation_prompt on).
-    Expected<std::string> chat_prompt(std::string_view user_message) const;
+    Expected<std::string> chat_prompt(std::string_view user_message, const TemplateLimits& limits = {}) const;
     // The same prompt as token ids, with the message's text kept as plain text: special-token
     // texts typed inside it ("<|im_start|>") never become special tokens; the template's own
     // markers do (runtime/chat_prompt.h). No BOS is added: the template writes it.
-    Expected<std::vector<int32_t>> chat_tokens(std::string_view user_message) const;
+    Expected<std::vector<int32_t>> chat_tokens(std::string_view user_message,
+                                               const TemplateLimits& limits = {}) const;
 
     // Errors: bad options, not enough memory for the KV cache.
     Expected<std::unique_ptr<Session>> create_session(const SessionOptions& opt = {}) const;

@@ -120,7 +120,7 @@ Expected<std::vector<int32_t>> Engine::tokenize(std::string_view text, bool add_
 namespace {
 
 Expected<ChatPrompt> render_user_message(const std::string& path, const Tokenizer* tok,
-                                         std::string_view user_message) {
+                                         std::string_view user_message, const TemplateLimits& limits) {
     if (!tok) return make_error("{}: no tokenizer loaded (a chat prompt needs one)", path);
     PELICAN_ASSIGN(jinja::ModelChatTemplate tmpl, jinja::load_model_chat_template(path));
     if (tmpl.source.empty()) return make_error("{}: the model has no chat template", path);
@@ -130,18 +130,24 @@ Expected<ChatPrompt> render_user_message(const std::string& path, const Tokenize
     opt.add_generation_prompt = true;
     opt.bos_token = tmpl.bos_token;
     opt.eos_token = tmpl.eos_token;
+    opt.max_steps = limits.max_steps;
+    opt.max_bytes = limits.max_bytes;
     return render_chat_prompt(tmpl, messages, nlohmann::ordered_json(), opt, *tok);
 }
 
 }  // namespace
 
-Expected<std::string> Engine::chat_prompt(std::string_view user_message) const {
-    PELICAN_ASSIGN(ChatPrompt p, render_user_message(path_, tokenizer_.get(), user_message));
+static_assert(TemplateLimits{}.max_steps == jinja::kDefaultMaxSteps);
+static_assert(TemplateLimits{}.max_bytes == jinja::kDefaultMaxBytes);
+
+Expected<std::string> Engine::chat_prompt(std::string_view user_message, const TemplateLimits& limits) const {
+    PELICAN_ASSIGN(ChatPrompt p, render_user_message(path_, tokenizer_.get(), user_message, limits));
     return std::move(p.text);
 }
 
-Expected<std::vector<int32_t>> Engine::chat_tokens(std::string_view user_message) const {
-    PELICAN_ASSIGN(ChatPrompt p, render_user_message(path_, tokenizer_.get(), user_message));
+Expected<std::vector<int32_t>> Engine::chat_tokens(std::string_view user_message,
+                                                   const TemplateLimits& limits) const {
+    PELICAN_ASSIGN(ChatPrompt p, render_user_message(path_, tokenizer_.get(), user_message, limits));
     return tokenize_chat_prompt(p, *tokenizer_);
 }
 
