@@ -10,11 +10,13 @@
 // same threads, unless given or skipped). A markdown table on stdout, or with --json one JSON object
 // (runtime/bench.h); several depths (-d 0,32768) run one bench each on the model loaded once, one
 // table or JSON line per depth. On CUDA the decode steps are graph replays without logits and the roofline is
-// the GPU's measured copy bandwidth.
+// the GPU's measured copy bandwidth. Also reported: this process' memory (RSS, anonymous and file pages,
+// peak; /proc/self/status) right after the load and after the timed runs.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include "convert/synthetic.h"
 #include "convert/tensor_plan.h"
 #include "core/mmap_file.h"
+#include "core/proc_memory.h"
 #include "pelican/engine.h"
 #include "runtime/bench.h"
 
@@ -102,6 +105,8 @@ int run(const BenchArgs& a) {
 
     auto engine = Engine::load(model, EngineOptions{.device = *device});
     if (!engine) return report_error(engine.error());
+    std::optional<ProcMemory> loaded;  // before any run allocates its cache and scratch
+    if (auto m = read_proc_memory(); m.ok()) loaded = *m;
     // The model's context, before any timed run.
     if (Status c = check_bench_params(deepest, (*engine)->n_ctx_train()); !c.ok())
         return report_error(c.error());
@@ -110,6 +115,7 @@ int run(const BenchArgs& a) {
         p.depth = depth;
         auto result = run_bench(**engine, p);
         if (!result) return report_error(result.error());
+        result->memory_after_load = loaded;
         if (!a.synthetic.empty()) {  // name it by what it is, not by its /proc/self/fd path
             const std::string shape = a.config.find('{') != std::string::npos
                                           ? "inline"

@@ -1,5 +1,6 @@
 #include "core/mmap_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -63,6 +64,22 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 
 MappedFile::~MappedFile() {
     if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+size_t MappedFile::release_pages(std::span<const uint8_t> range) const {
+    if (data_ == nullptr || range.empty()) return 0;
+    const auto map_begin = reinterpret_cast<uintptr_t>(data_);
+    const auto map_end = map_begin + size_;
+    const uintptr_t begin = std::max(reinterpret_cast<uintptr_t>(range.data()), map_begin);
+    const uintptr_t end = std::min(reinterpret_cast<uintptr_t>(range.data()) + range.size(), map_end);
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (begin + page - 1) / page * page;  // whole pages only
+    const uintptr_t last = end / page * page;
+    if (begin >= end || first >= last) return 0;
+    // MADV_DONTNEED on a private, never-written file mapping: unmaps the pages from this process;
+    // the next access reads the file again (same bytes).
+    if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
+    return last - first;
 }
 
 Expected<std::string> read_text_stream(std::FILE* f, const std::string& name, size_t max_bytes) {

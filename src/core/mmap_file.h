@@ -28,6 +28,15 @@ public:
     std::span<const uint8_t> bytes() const { return {data_, size_}; }
     const std::string& path() const { return path_; }
 
+    // Drops the whole pages inside `range` (clamped to this mapping; bytes outside it, or an empty
+    // mapping, are ignored) from this process' resident set: for bytes a loader has copied and will
+    // not read again, so they are not held twice. The contents do not change: the mapping is
+    // private and read-only, so no page holds private data, and a later read faults the page back
+    // in from the file (from the OS page cache, which keeps it while memory allows). Pages only
+    // partly inside `range` are kept (a neighbour may still be read). Returns the bytes advised
+    // (0 when nothing was or the advice was refused, or where there is no madvise).
+    size_t release_pages(std::span<const uint8_t> range) const;
+
 private:
     const uint8_t* data_ = nullptr;
     size_t size_ = 0;

@@ -101,6 +101,8 @@ public:
 
     const std::string& name() const { return name_; }          // path, or the name given to parse()
     std::span<const uint8_t> bytes() const { return bytes_; }  // the whole file
+    // The file's mapping (empty when parsed from caller memory): see MappedFile::release_pages.
+    const MappedFile& mapping() const { return file_; }
 
 private:
     MappedFile file_;                 // empty when parsed from caller memory

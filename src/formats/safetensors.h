@@ -87,6 +87,8 @@ public:
     uint64_t header_bytes() const { return header_bytes_; }  // N, the JSON length (with padding)
     uint64_t data_offset() const { return 8 + header_bytes_; }
     uint64_t file_bytes() const { return bytes_.size(); }
+    // The file's mapping (empty when parsed from caller memory): see MappedFile::release_pages.
+    const MappedFile& mapping() const { return file_; }
 
 private:
     MappedFile file_;  // empty when parsed from caller memory

@@ -38,8 +38,15 @@ public:
                               t.name, dtype_name(t.dtype));
         auto w = cpu::Weight::prepare(t, opt_.allow_repack, /*own_copy=*/opt_.allow_repack);
         if (!w) return make_error("{}: {}", src_.path(), w.error().message);
+        // The copy replaces the mapped bytes (as in weights.cpp): released tensor by tensor.
+        if (w->owns_data()) src_.release_pages(t);
         return std::move(w).value();
     }
+
+    // t (a mapped tensor) is read no more: every part of it was copied (sliced experts prepared
+    // as copies, gathered rows). Drops its pages, including those a part's own release kept
+    // because they straddle two parts.
+    void release(const Tensor& t) { src_.release_pages(t); }
 
     // torch [n_out, n_in]
     Expected<cpu::Weight> matrix(const std::string& name, int64_t n_out, int64_t n_in) {
@@ -47,25 +54,27 @@ public:
         return prepare(*t);
     }
 
-    // Any shape, as n fp32 values (converted when stored narrower).
-    Expected<const float*> floats(const std::string& name, std::vector<int64_t> shape) {
+    // Any shape, as n fp32 values: an owned copy (converted when stored narrower), never a view
+    // of the mapping (see weights.cpp's Loader::vec).
+    Expected<float*> owned_floats(const std::string& name, std::vector<int64_t> shape) {
         PELICAN_ASSIGN(std::optional<Tensor> t, get(name, shape, true));
-        if (t->dtype == DType::F32) return static_cast<const float*>(t->data);
         PELICAN_ASSIGN(Buffer b, Buffer::allocate(static_cast<size_t>(t->n_elements()) * sizeof(float)));
         auto* out = static_cast<float*>(b.data());
         PELICAN_TRY(dequantize_tensor(*t, out));
         hw_.owned.push_back(std::move(b));
-        return static_cast<const float*>(out);
+        src_.release_pages(*t);
+        return out;
+    }
+    Expected<const float*> floats(const std::string& name, std::vector<int64_t> shape) {
+        PELICAN_ASSIGN(float* v, owned_floats(name, std::move(shape)));
+        return static_cast<const float*>(v);
     }
     Expected<const float*> vec(const std::string& name, int64_t n) { return floats(name, {n}); }
-    // A vector stored transformed (GGUF): an owned fp32 copy with fn applied to every value.
+    // A vector stored transformed (GGUF): the owned fp32 copy with fn applied to every value.
     Expected<const float*> vec_mapped(const std::string& name, int64_t n, float (*fn)(float)) {
-        PELICAN_ASSIGN(const float* v, floats(name, {n}));
-        PELICAN_ASSIGN(Buffer b, Buffer::allocate(static_cast<size_t>(n) * sizeof(float)));
-        auto* out = static_cast<float*>(b.data());
-        for (int64_t i = 0; i < n; ++i) out[i] = fn(v[i]);
-        hw_.owned.push_back(std::move(b));
-        return static_cast<const float*>(out);
+        PELICAN_ASSIGN(float* v, owned_floats(name, {n}));
+        for (int64_t i = 0; i < n; ++i) v[i] = fn(v[i]);
+        return static_cast<const float*>(v);
     }
 
     // Rows [row0, row0 + n_rows) of matrix `m` of a 3-D tensor t (torch [n_mat, rows, n_in]) as a 2-D view.
@@ -85,12 +94,13 @@ public:
         auto* dst = static_cast<uint8_t*>(b.data());
         for (size_t i = 0; i < rows.size(); ++i)
             std::memcpy(dst + i * rb, static_cast<const uint8_t*>(t.data) + rows[i] * t.nb[1], rb);
-        hw_.owned.push_back(std::move(b));
         hw_.names.push_back(std::move(label));
         PELICAN_ASSIGN(Tensor v,
                        Tensor::contiguous_view(t.dtype, {t.ne[0], static_cast<int64_t>(rows.size())}, dst,
                                                hw_.names.back()));
-        return prepare(v);
+        PELICAN_ASSIGN(cpu::Weight w, prepare(v));
+        if (!w.owns_data()) hw_.owned.push_back(std::move(b));  // w views the gathered rows
+        return w;
     }
 
     const WeightSource& src() const { return src_; }
@@ -105,6 +115,13 @@ private:
     HybridWeights& hw_;
     const WeightLoadOptions& opt_;
 };
+
+// True when every expert matrix is the Weight's own copy (none views the mapped experts tensor).
+bool all_copied(const std::vector<SwigluWeights>& experts) {
+    for (const SwigluWeights& s : experts)
+        if (!s.gate.owns_data() || !s.up.owns_data() || !s.down.owns_data()) return false;
+    return true;
+}
 
 Status load_swiglu(HfLoader& L, const std::string& p, int64_t e, int64_t ff, SwigluWeights& w) {
     PELICAN_ASSIGN(w.gate, L.matrix(p + "gate_proj.weight", ff, e));
@@ -130,6 +147,10 @@ Status load_moe(HfLoader& L, const std::string& p, const ModelHParams& hp, MoeWe
             PELICAN_ASSIGN(s.up,
                            L.slice(*gate_up, x, ff, ff, fmt::format("{}experts.gate_up_proj[{}].up", p, x)));
             PELICAN_ASSIGN(s.down, L.slice(*down, x, 0, e, fmt::format("{}experts.down_proj[{}]", p, x)));
+        }
+        if (all_copied(w.experts)) {
+            L.release(*gate_up);
+            L.release(*down);
         }
         return {};
     }
@@ -176,6 +197,8 @@ Status load_deltanet(HfLoader& L, const std::string& p, const ModelHParams& hp, 
         PELICAN_ASSIGN(w.in_z, L.gather_rows(*qkvz, z, p + "in_proj_qkvz.weight[z]"));
         PELICAN_ASSIGN(w.in_b, L.gather_rows(*ba, b, p + "in_proj_ba.weight[b]"));
         PELICAN_ASSIGN(w.in_a, L.gather_rows(*ba, a, p + "in_proj_ba.weight[a]"));
+        L.release(*qkvz);  // every row of both is in the gathered copies
+        L.release(*ba);
     } else {
         PELICAN_ASSIGN(w.in_qkv, L.matrix(p + "in_proj_qkv.weight", cd, e));
         PELICAN_ASSIGN(w.in_z, L.matrix(p + "in_proj_z.weight", vd, e));
@@ -274,6 +297,9 @@ Status gguf_moe(HfLoader& L, const std::string& p, const ModelHParams& hp, MoeWe
         }
         PELICAN_ASSIGN(s.down, L.slice(*down, x, 0, e, fmt::format("{}ffn_down_exps[{}]", p, x)));
     }
+    if (all_copied(w.experts))
+        for (const std::optional<Tensor>* t : {&down, &gate_up, &gate, &up})
+            if (t->has_value()) L.release(**t);
     return {};
 }
 
@@ -352,12 +378,14 @@ Expected<HybridWeights> load_hybrid_gguf(const WeightSource& src, ModelHParams& 
     PELICAN_ASSIGN(std::optional<Tensor> head, L.get("output.weight", {hp.n_vocab, hp.n_embd}, false));
     base.tied_output = !head;
     PELICAN_ASSIGN(base.output, L.prepare(head ? *head : *embd));
+    share_tied_embedding(base);
     hw.layers.resize(static_cast<size_t>(hp.n_layer));
     for (int64_t i = 0; i < hp.n_layer; ++i)
         PELICAN_TRY(gguf_layer(L, fmt::format("blk.{}.", i), hp,
                                hp.hybrid->full_attention[static_cast<size_t>(i)] != 0,
                                hw.layers[static_cast<size_t>(i)]));
     PELICAN_TRY(gguf_mtp(L, hp, hw.mtp, base.output_norm));
+    src.release_pages_again();
     return hw;
 }
 
@@ -392,6 +420,7 @@ Expected<HybridWeights> load_hybrid_weights(const WeightSource& src, ModelHParam
     PELICAN_ASSIGN(std::optional<Tensor> head, L.get("lm_head.weight", {hp.n_vocab, hp.n_embd}, false));
     base.tied_output = !head;
     PELICAN_ASSIGN(base.output, L.prepare(head ? *head : *embd));
+    share_tied_embedding(base);
 
     hw.layers.resize(static_cast<size_t>(hp.n_layer));
     for (int64_t i = 0; i < hp.n_layer; ++i)
@@ -399,6 +428,7 @@ Expected<HybridWeights> load_hybrid_weights(const WeightSource& src, ModelHParam
                                hp.hybrid->full_attention[static_cast<size_t>(i)] != 0,
                                hw.layers[static_cast<size_t>(i)]));
     PELICAN_TRY(load_mtp(L, hp, hw.mtp));
+    src.release_pages_again();
     return hw;
 }
 

@@ -2,9 +2,10 @@
 // tensors under "model.language_model." (the multimodal checkpoints) or "model." (text-only
 // *ForCausalLM), "lm_head.weight", and the optional "mtp.*" block. Routed experts come fused
 // (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I]; no ".weight") or per expert
-// (mlp.experts.{e}.{gate,up,down}_proj.weight); both become one cpu::Weight view per expert matrix.
-// Norm vectors are fp32 (converted once when stored narrower); zero-centred norms are kept as stored
-// (y = x/rms * (1 + w)); the DeltaNet's gated norm weight is plain.
+// (mlp.experts.{e}.{gate,up,down}_proj.weight); both become one cpu::Weight per expert matrix (a
+// view, or with allow_repack an owned copy whose mapped pages are released, as in weights.h).
+// Norm vectors are owned fp32 copies (converted when stored narrower); zero-centred norms are kept
+// as stored (y = x/rms * (1 + w)); the DeltaNet's gated norm weight is plain.
 #pragma once
 
 #include <cstdint>
@@ -80,7 +81,7 @@ struct HybridWeights {
     std::vector<HybridLayerWeights> layers;
     MtpWeights mtp;
     std::string prefix;             // "model.language_model." or "model."
-    std::vector<Buffer> owned;      // fp32 copies of narrow vectors
+    std::vector<Buffer> owned;      // fp32 copies of the vectors; gathered rows a Weight views
     std::deque<std::string> names;  // names of per-expert tensor views (Tensor::name is a view)
 };
 

@@ -2,6 +2,7 @@
 // weights (see model.h).
 #include "model/model.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -83,6 +84,9 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path_in, const M
             return make_error("{}: architecture \"{}\" is not supported (supported: {})", path, *arch_name,
                               supported_arch_list());
         PELICAN_ASSIGN(m->hp_, hparams_from_gguf(f, *arch));
+        // The metadata (the vocabulary: megabytes with 128k tokens and their merges) was parsed
+        // into copies by open(); its pages are not read again.
+        f.mapping().release_pages(f.bytes().first(std::min<size_t>(f.data_offset(), f.bytes().size())));
         m->gguf_ = std::make_shared<const GgufFile>(std::move(f));
         src = WeightSource::from_gguf(m->gguf_);
     }

@@ -64,4 +64,35 @@ Expected<std::optional<Tensor>> WeightSource::find(std::string_view gguf_name) c
     return std::optional<Tensor>(t);
 }
 
+namespace {
+
+// The mapped file holding r's first byte; nullptr for bytes outside every mapping (caller memory,
+// a loader's own buffer).
+const MappedFile* mapping_of(const GgufFile* gguf, const HfWeights* hf, std::span<const uint8_t> r) {
+    const auto inside = [&](const MappedFile& m) {
+        return m.data() != nullptr && r.data() >= m.data() && r.data() < m.data() + m.size();
+    };
+    if (gguf) return inside(gguf->mapping()) ? &gguf->mapping() : nullptr;
+    for (const SafetensorsFile& f : hf->shards())
+        if (inside(f.mapping())) return &f.mapping();
+    return nullptr;
+}
+
+}  // namespace
+
+size_t WeightSource::release_pages(const Tensor& t) const {
+    if (t.data == nullptr || t.n_bytes() <= 0) return 0;
+    const std::span<const uint8_t> r(static_cast<const uint8_t*>(t.data), static_cast<size_t>(t.n_bytes()));
+    const MappedFile* m = mapping_of(gguf_.get(), hf_.get(), r);
+    if (m == nullptr) return 0;
+    released_.push_back({m, r});
+    return m->release_pages(r);
+}
+
+size_t WeightSource::release_pages_again() const {
+    size_t n = 0;
+    for (const auto& [m, r] : released_) n += m->release_pages(r);
+    return n;
+}
+
 }  // namespace pelican

@@ -7,7 +7,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -35,12 +37,29 @@ public:
     const GgufFile* gguf() const { return gguf_.get(); }
     const HfWeights* hf() const { return hf_.get(); }
 
+    // For a tensor (a view from find(), or a part of one) whose bytes the model now holds a copy of
+    // and reads no more: drops its whole pages from this process' resident set, so the weights are
+    // not held twice (MappedFile::release_pages; a stray later read still sees the same bytes).
+    // Bytes outside this source's mapped files are left alone. The range is remembered for
+    // release_pages_again(). Returns the bytes advised.
+    size_t release_pages(const Tensor& t) const;
+    // Drops every range released so far again, once a load is done: a page fault also maps cached
+    // neighbours (the kernel's fault-around, 64 KiB; or the whole large folio the page cache holds
+    // it in, up to 2 MiB), so reading one tensor maps back pages of those released before it.
+    // Returns the bytes advised.
+    size_t release_pages_again() const;
+
 private:
     std::shared_ptr<const GgufFile> gguf_;
     std::shared_ptr<const HfWeights> hf_;
     std::string path_;
     // GGUF names for HF tensors (Tensor::name is a view and must outlive the tensor).
     mutable std::deque<std::string> names_;
+    struct Released {
+        const MappedFile* file;  // the mapping holding range (owned by gguf_ or hf_)
+        std::span<const uint8_t> range;
+    };
+    mutable std::vector<Released> released_;  // what release_pages dropped, for release_pages_again
 };
 
 }  // namespace pelican

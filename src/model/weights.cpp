@@ -53,18 +53,26 @@ public:
                               src_.file_name_of(t.name), dtype_name(t.dtype));
         auto w = cpu::Weight::prepare(t, opt_.allow_repack, /*own_copy=*/opt_.allow_repack);
         if (!w) return make_error("{}: {}", src_.path(), w.error().message);
+        // A copy (repacked or not) replaces the mapped bytes: drop them now, tensor by tensor, so
+        // the load never holds the whole model twice. A tied LM head's copy releases the token
+        // embedding too: its lookups then read that copy (share_tied_embedding) or, when the head
+        // is repacked, fault back only the rows they read.
+        if (w->owns_data()) src_.release_pages(t);
         return std::move(w).value();
     }
 
-    // A 1-D fp32 vector of n elements (converted when stored narrower); nullptr if absent.
+    // A 1-D fp32 vector of n elements, always an owned copy (converted when stored narrower);
+    // nullptr if absent. Not a view: on a file system that caches files in large folios (ext4 on
+    // Linux 6.x) reading one 8 KiB norm through the mapping can map the whole 2 MiB around it,
+    // pages of the matrices released next to it.
     Expected<const float*> vec(const std::string& name, int64_t n, Need need) {
         PELICAN_ASSIGN(std::optional<Tensor> t, get(name, {n}, need));
         if (!t) return static_cast<const float*>(nullptr);
-        if (t->dtype == DType::F32) return static_cast<const float*>(t->data);
         PELICAN_ASSIGN(Buffer b, Buffer::allocate(static_cast<size_t>(n) * sizeof(float)));
         auto* out = static_cast<float*>(b.data());
         PELICAN_TRY(dequantize_tensor(*t, out));
         w_.owned.push_back(std::move(b));
+        src_.release_pages(*t);
         return static_cast<const float*>(out);
     }
 
@@ -105,6 +113,15 @@ Status load_layer(Loader& L, const ModelHParams& hp, const ArchSpec& a, int i, L
 
 }  // namespace
 
+void share_tied_embedding(ModelWeights& w) {
+    const Tensor& e = w.tok_embd;
+    const cpu::Weight& o = w.output;
+    if (!w.tied_output || !o.owns_data() || o.layout() != cpu::Weight::Layout::kRows || o.type() != e.dtype ||
+        o.n_in() != e.ne[0] || o.n_out() != e.ne[1] || o.row_stride() != e.nb[1])
+        return;
+    w.tok_embd.data = const_cast<void*>(o.data());  // read only, as the mapped view was
+}
+
 Expected<ModelWeights> load_weights(const WeightSource& src, ModelHParams& hp, const WeightLoadOptions& opt) {
     ModelWeights w;
     Loader L(src, w, opt);
@@ -134,6 +151,7 @@ Expected<ModelWeights> load_weights(const WeightSource& src, ModelHParams& hp, c
                    L.get("output.weight", {hp.n_embd, hp.n_vocab}, Need::Optional));
     w.tied_output = !out;
     PELICAN_ASSIGN(w.output, L.prepare(out ? *out : *embd));
+    share_tied_embedding(w);
 
     // GGUF llama3 rope scaling: per-pair frequency divisors.
     PELICAN_ASSIGN(std::optional<Tensor> rf, L.get("rope_freqs.weight", {hp.rope_dim / 2}, Need::Optional));
@@ -158,6 +176,7 @@ Expected<ModelWeights> load_weights(const WeightSource& src, ModelHParams& hp, c
             return s.take_error();
         }
     }
+    src.release_pages_again();
     return w;
 }
 

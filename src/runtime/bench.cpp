@@ -7,9 +7,12 @@
 #include <functional>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -328,6 +331,7 @@ Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p) {
     r.decode = rate_stats(dec, p.n_gen);
     r.gbps =
         (static_cast<double>(r.model.decode_weight_bytes) + r.kv.bytes_per_token) * r.decode.median / 1e9;
+    if (auto mem = read_proc_memory(); mem.ok()) r.memory_after_runs = *mem;
 
     // A CPU working set that fits in the last-level cache never streams from memory: a bandwidth
     // roofline says nothing about it (a 6 MB model "reached" 158% of it), so none is given.
@@ -399,6 +403,12 @@ std::string bench_table(const BenchResult& r) {
                            cpu ? "read" : "GPU copy", r.roofline_gbps, r.roofline_source);
     else
         out += fmt::format("decode: {:.1f} GB/s; read roofline {}\n", r.gbps, r.roofline_source);
+    if (r.memory_after_load || r.memory_after_runs) {
+        std::vector<std::string> parts;
+        if (r.memory_after_load) parts.push_back("after load: " + describe_memory(*r.memory_after_load));
+        if (r.memory_after_runs) parts.push_back("after the runs: " + describe_memory(*r.memory_after_runs));
+        out += fmt::format("memory {}\n", fmt::join(parts, "; "));
+    }
     return out;
 }
 
@@ -443,6 +453,13 @@ std::string bench_json(const BenchResult& r) {
     }
     j["prefill_s"] = std::move(pre);
     j["decode_s"] = std::move(dec);
+    const auto memory = [](const std::optional<ProcMemory>& m) {
+        if (!m) return nlohmann::ordered_json(nullptr);
+        return nlohmann::ordered_json{
+            {"rss", m->rss}, {"anon", m->anon}, {"file", m->file}, {"shmem", m->shmem}, {"peak", m->peak}};
+    };
+    j["memory_after_load"] = memory(r.memory_after_load);
+    j["memory_after_runs"] = memory(r.memory_after_runs);
     return j.dump();
 }
 

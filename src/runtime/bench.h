@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "core/proc_memory.h"
 #include "core/status.h"
 
 namespace pelican {
@@ -111,6 +112,11 @@ struct BenchResult {
     // no roofline is measured: roofline_gbps 0 unless given, the table says "in cache").
     int64_t llc_bytes = 0;
     bool fits_in_cache = false;
+    // This process' memory (core/proc_memory.h): right after Engine::load (set by the caller, which
+    // sees the load; unset: not shown), and after the timed runs (set by run_bench when
+    // /proc/self/status can be read; before the roofline probe, whose buffer would raise the peak).
+    std::optional<ProcMemory> memory_after_load;
+    std::optional<ProcMemory> memory_after_runs;
 };
 
 Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p);
@@ -123,10 +129,12 @@ Expected<std::vector<int64_t>> parse_depths(const std::string& s);
 RateStats rate_stats(const std::vector<double>& seconds, int64_t n);
 
 // A short markdown table (model, types, size, params, threads, pp/tg tok/s, bytes/token, GB/s,
-// % of roofline) and a line "decode: X GB/s = Y% of measured read roofline Z GB/s (how)".
+// % of roofline), a line "decode: X GB/s = Y% of measured read roofline Z GB/s (how)" and, when
+// known, "memory after load: RSS .. (anon .., file ..), peak ..; after the runs: ...".
 std::string bench_table(const BenchResult& r);
 // One JSON object (one line): medians, min/max, bytes, GB/s, roofline_gbps / roofline_pct (null
-// when skipped), the parameters and every run's times.
+// when skipped), the parameters, every run's times, and memory_after_load / memory_after_runs
+// ({"rss", "anon", "file", "shmem", "peak"} in bytes, or null when unknown).
 std::string bench_json(const BenchResult& r);
 
 }  // namespace pelican

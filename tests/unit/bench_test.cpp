@@ -241,6 +241,37 @@ TEST(Bench, JsonHasTheKeys) {
         EXPECT_NE(table.find(col), std::string::npos) << col << "\n" << table;
 }
 
+TEST(Bench, ReportsTheProcessMemory) {
+    auto r = run_bench(engine(), small());
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    // After the runs: read by run_bench; after the load: only the caller knows, unset here.
+    ASSERT_TRUE(r->memory_after_runs.has_value());
+    EXPECT_FALSE(r->memory_after_load.has_value());
+    const ProcMemory& m = *r->memory_after_runs;
+    EXPECT_GT(m.rss, 0u);
+    EXPECT_EQ(m.rss, m.anon + m.file + m.shmem);
+    EXPECT_GE(m.peak, m.rss);
+    auto j = nlohmann::json::parse(bench_json(*r));
+    EXPECT_TRUE(j["memory_after_load"].is_null());
+    EXPECT_EQ(j["memory_after_runs"]["rss"].get<uint64_t>(), m.rss);
+    EXPECT_EQ(j["memory_after_runs"]["anon"].get<uint64_t>(), m.anon);
+    EXPECT_EQ(j["memory_after_runs"]["file"].get<uint64_t>(), m.file);
+    EXPECT_EQ(j["memory_after_runs"]["peak"].get<uint64_t>(), m.peak);
+    std::string table = bench_table(*r);
+    EXPECT_NE(table.find("memory after the runs: " + describe_memory(m) + "\n"), std::string::npos) << table;
+
+    r->memory_after_load = ProcMemory{.rss = 3 << 20, .anon = 2 << 20, .file = 1 << 20, .peak = 4 << 20};
+    j = nlohmann::json::parse(bench_json(*r));
+    EXPECT_EQ(j["memory_after_load"]["rss"].get<uint64_t>(), uint64_t{3} << 20);
+    EXPECT_EQ(j["memory_after_load"]["peak"].get<uint64_t>(), uint64_t{4} << 20);
+    table = bench_table(*r);
+    EXPECT_NE(
+        table.find("memory after load: RSS 3.00 MiB (anon 2.00 MiB, file 1.00 MiB), peak 4.00 MiB; after the "
+                   "runs: "),
+        std::string::npos)
+        << table;
+}
+
 void expect_error(BenchParams p, const std::string& needle) {
     auto r = run_bench(engine(), p);
     ASSERT_FALSE(r.ok()) << needle;

@@ -72,6 +72,8 @@ public:
     int64_t n_out() const { return n_out_; }
     Layout layout() const { return layout_; }
     const void* data() const { return data_; }
+    // True when data() is the Weight's own copy (repacked, or own_copy), not a view of the tensor.
+    bool owns_data() const { return !owned_.empty(); }
     // Bytes between rows (kRows) or between 16-row groups (kInterleave16).
     int64_t row_stride() const { return row_stride_; }
     // Weight bytes one matmul streams (n_out rows of n_in elements): for GB/s figures.
