@@ -2,8 +2,11 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <system_error>
 #include <utility>
 
@@ -91,7 +94,36 @@ int ThreadPool::default_thread_count() {
                      max_thread_count(), available_cores());
         });
     }
-    return available_cores();
+    return std::max(1, available_cores() - busy_cores());
+}
+
+int ThreadPool::parse_loadavg_running(std::string_view s) {
+    // Skip the three load averages, then read "R/T".
+    size_t i = 0;
+    for (int field = 0; field < 3; ++field) {
+        while (i < s.size() && s[i] != ' ') ++i;
+        while (i < s.size() && s[i] == ' ') ++i;
+    }
+    int running = 0;
+    const size_t start = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9' && running < 1000000)
+        running = running * 10 + (s[i++] - '0');
+    if (i == start || i >= s.size() || s[i] != '/') return -1;
+    return running;
+}
+
+int ThreadPool::busy_cores() {
+    int least = -1;
+    for (int k = 0; k < 3; ++k) {
+        if (k > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::ifstream f("/proc/loadavg");
+        std::string line;
+        if (!f || !std::getline(f, line)) return 0;
+        const int r = parse_loadavg_running(line);
+        if (r < 0) return 0;
+        least = least < 0 ? r : std::min(least, r);
+    }
+    return std::clamp(least - 1, 0, available_cores() - 1);
 }
 
 ThreadPool::ThreadPool(int n_threads) {

@@ -33,6 +33,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <system_error>
 #include <type_traits>
@@ -70,9 +71,18 @@ public:
     // CPUs this process may run on (sched_getaffinity; hardware_concurrency where that fails),
     // at least 1.
     static int available_cores();
-    // The default: available_cores(); PELICAN_THREADS overrides it when set to an integer in
-    // [1, max_thread_count()] (other values are ignored with a warning on stderr, once).
+    // The default: available_cores() less the cores other processes keep busy right now
+    // (busy_cores()), at least 1: with one of two cores taken by another program, one compute
+    // thread beats two (a pool thread preempted in the middle of a task stalls the whole op).
+    // PELICAN_THREADS overrides it when set to an integer in [1, max_thread_count()] (other values
+    // are ignored with a warning on stderr, once).
     static int default_thread_count();
+    // Runnable threads of other programs now: /proc/loadavg's running count (the kernel's
+    // instantaneous figure, which includes the thread asking) minus one, the smallest of three
+    // reads 1 ms apart, clamped to [0, available_cores() - 1]; 0 where /proc cannot be read.
+    static int busy_cores();
+    // "0.52 0.41 0.30 3/812 12345" -> 3 (the running count); -1 when the text is not that form.
+    static int parse_loadavg_running(std::string_view loadavg);
     // The most threads a pool may have: 4 x available_cores(). More only slow a compute pool
     // down (each call wakes every thread) and can exhaust the system's thread limit.
     static int max_thread_count();

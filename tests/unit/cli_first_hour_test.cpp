@@ -205,7 +205,7 @@ TEST(FirstHour, CtrlCPrintsTheStatsAndExits130) {
     o.sigint_after_ms = 1500;
     o.timeout_s = 60;
     const auto r = test::run_pelican(
-        {"run", "-m", kTiny, "-p", "The history", "-n", "-1", "-c", "2048", "--ignore-eos", "-t", "1"}, tmp,
+        {"run", "-m", kTiny, "-p", "The history", "-n", "-1", "-c", "32768", "--ignore-eos", "-t", "1"}, tmp,
         o);
     EXPECT_EQ(r.status, 130) << r.err;
     EXPECT_TRUE(has(r.err, "stop: interrupted")) << r.err;
