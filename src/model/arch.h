@@ -1,8 +1,8 @@
 // Architecture registry. An architecture is DATA: which GGUF/HF names identify it, the rope
 // layout of its GGUF files and which variants of the shared dense-transformer block apply.
 // The block itself (RMSNorm -> GQA attention with rope -> residual -> RMSNorm -> SwiGLU MLP ->
-// residual) lives once, in model/forward.cpp; its tensors are declared once in model/weights.cpp.
-// One small file per architecture in model/archs/.
+// residual) lives once, in backend/cpu/cpu_executor_layer.cpp (and its CUDA mirror); its tensors are declared
+// once in model/weights.cpp. One small file per architecture in model/archs/.
 #pragma once
 
 #include <span>

@@ -1,6 +1,7 @@
 // The interface every forward-pass implementation offers to the runtime (Session, bench, eval):
-// the CPU dense block (model/forward.h), the CUDA backend (backend/cuda/), and architecture-
-// specific passes (hybrid Qwen3.5). A ForwardPass owns one sequence's cache and scratch.
+// the CPU dense block (runtime/sequence_pass.h over backend/cpu/cpu_executor.h), the CUDA backend
+// (backend/cuda/), and architecture- specific passes (hybrid Qwen3.5). A ForwardPass owns one sequence's
+// cache and scratch.
 #pragma once
 
 #include <cstdint>

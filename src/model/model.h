@@ -1,5 +1,5 @@
 // A loaded Llama-family model: the mapped file, its hyper-parameters and weights. Immutable after
-// load and shareable between sessions (the forward state lives in model/forward.h).
+// load and shareable between sessions (sequence state lives in kv/sequence_memory.h and the passes).
 //
 //   PELICAN_ASSIGN(auto model, Model::load("model.gguf"));   // or an HF folder
 //   model->hparams().n_vocab

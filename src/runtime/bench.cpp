@@ -188,8 +188,8 @@ KvBytes decode_kv_bytes(const Model& model, int64_t depth, int64_t n_gen, int el
     for (int64_t pos = depth; pos < depth + n_gen; ++pos)
         sum += static_cast<double>(hp.sliding_window > 0 ? std::min(pos + 1, hp.sliding_window) : pos + 1);
     r.mean_positions = sum / static_cast<double>(n_gen);
-    // K and V of every attention layer (fp32 in model/kv_cache.h; the GPU cache may be F16). The
-    // hybrid stack caches K/V in its full-attention layers only; each of its DeltaNet layers reads
+    // K and V of every attention layer (fp32 pages on the CPU, backend/cpu/cpu_memory.h; the GPU cache may be
+    // F16). The hybrid stack caches K/V in its full-attention layers only; each of its DeltaNet layers reads
     // and writes its fp32 recurrent state (S and the conv inputs) once per token instead.
     const int64_t kv_layers = hp.hybrid ? hp.hybrid->n_full_layers() : hp.n_layer;
     const double row_bytes = static_cast<double>(2 * kv_layers * hp.kv_dim()) * elem_bytes;

@@ -1,8 +1,12 @@
 // Forward-pass selection (runtime/forward_factory.h).
 #include "runtime/forward_factory.h"
 
+#include <algorithm>
+
+#include "backend/cpu/cpu_executor.h"
 #include "model/hybrid_forward.h"
 #include "model/model.h"
+#include "runtime/sequence_pass.h"
 
 namespace pelican {
 
@@ -35,6 +39,16 @@ Expected<std::shared_ptr<const DeviceModel>> upload_gpu_model(const Model& model
     return b->upload(model);
 }
 
+Expected<std::unique_ptr<SequencePass>> create_cpu_pass(const Model& model, const ForwardOptions& opt,
+                                                        TapFn tap) {
+    if (opt.n_ctx <= 0) return make_error("context size must be positive, got {}", opt.n_ctx);
+    if (opt.n_batch <= 0) return make_error("batch size must be positive, got {}", opt.n_batch);
+    PELICAN_ASSIGN(std::unique_ptr<cpu::CpuExecutor> exec,
+                   cpu::CpuExecutor::create(
+                       model, {.max_batch_tokens = std::min(opt.n_batch, opt.n_ctx), .tap = std::move(tap)}));
+    return SequencePass::create(std::move(exec), opt);
+}
+
 Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Model& model, const ForwardOptions& opt,
                                                            Device device,
                                                            const std::shared_ptr<const DeviceModel>& gpu) {
@@ -43,8 +57,8 @@ Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Model& model, c
             // Architecture-specific CPU passes branch here before the dense block: the hybrid
             // Qwen3.5 stack (Gated DeltaNet + gated attention, model/hybrid_forward.h).
             if (model.arch().hybrid) return create_hybrid_forward(model, opt);
-            PELICAN_ASSIGN(std::unique_ptr<Forward> f, Forward::create(model, opt));
-            return std::unique_ptr<ForwardPass>(std::move(f));
+            PELICAN_ASSIGN(std::unique_ptr<SequencePass> p, create_cpu_pass(model, opt));
+            return std::unique_ptr<ForwardPass>(std::move(p));
         }
         case Device::kCuda: {
             PELICAN_ASSIGN(DeviceBackend * b, cuda_backend());

@@ -1,4 +1,4 @@
-// Picks and creates the forward pass for a model on a device: the CPU passes (model/forward.h,
+// Picks and creates the forward pass for a model on a device: the CPU passes (backend/cpu/cpu_executor.h,
 // model/hybrid_forward.h) or a device backend's (runtime/device_backend.h; CUDA is a library
 // loaded on first use). The rest of the runtime (Engine, Session, bench) never names a backend
 // class.
@@ -15,6 +15,7 @@
 #include "model/forward.h"
 #include "pelican/engine.h"
 #include "runtime/device_backend.h"
+#include "runtime/sequence_pass.h"
 
 namespace pelican {
 
@@ -30,6 +31,11 @@ Status gpu_supports(const Model& model);
 // Uploads the model's weights to the GPU (logs GiB and seconds). Errors: CUDA unusable, model
 // not supported, out of GPU memory.
 Expected<std::shared_ptr<const DeviceModel>> upload_gpu_model(const Model& model);
+
+// The CPU pass of a dense (Llama-family) model: a SequencePass on a CPU executor; `tap` sees the
+// executor's named intermediates (backend/cpu/cpu_executor.h). Errors: a hybrid model, bad sizes.
+Expected<std::unique_ptr<SequencePass>> create_cpu_pass(const Model& model, const ForwardOptions& opt,
+                                                        TapFn tap = {});
 
 // A forward pass on `device` (kCpu or kCuda; kAuto is resolved by the caller). kCuda needs the
 // weights from upload_gpu_model. Errors: bad sizes, out of memory, CUDA unavailable.

@@ -24,6 +24,7 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/forward.h"
+#include "runtime/forward_factory.h"
 #include "model/hybrid_forward.h"
 #include "model/model.h"
 #include "model/rope_permute.h"
@@ -145,7 +146,7 @@ TEST(Convert, SyntheticArchitecturesLoadAndRun) {
         }
         auto m = Model::load(out);
         ASSERT_TRUE(m.ok()) << c.arch << ": " << m.error().message;
-        auto fw = Forward::create(**m, ForwardOptions{.n_ctx = 16});
+        auto fw = create_cpu_pass(**m, ForwardOptions{.n_ctx = 16});
         ASSERT_TRUE(fw.ok());
         const std::vector<int32_t> toks = {1, 450, 4996, 17354, 1701, 29916};
         ASSERT_TRUE((*fw)->eval(toks, 0, pool).ok());

@@ -26,6 +26,7 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/forward.h"
+#include "runtime/forward_factory.h"
 #include "model/hybrid_forward.h"
 #include "model/model.h"
 #include "model/rope_permute.h"
@@ -373,7 +374,7 @@ TEST(Convert, GoldenFixturesMatchTransformers) {
             convert_ok(e.path().string(), out, t);
             auto m = Model::load(out);
             ASSERT_TRUE(m.ok()) << name << ": " << m.error().message;
-            auto fw = Forward::create(**m, ForwardOptions{.n_ctx = 64});
+            auto fw = create_cpu_pass(**m, ForwardOptions{.n_ctx = 64});
             ASSERT_TRUE(fw.ok());
             std::vector<float> got(want.size());
             ASSERT_TRUE((*fw)->eval(toks, 0, pool, got).ok()) << name;

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_forward.h"
 #include "backend/cuda/device_buffer.h"
 #include "model/forward.h"
+#include "runtime/forward_factory.h"
 #include "model/model.h"
 #include "model_test_util.h"
 #include "pelican/engine.h"
@@ -191,7 +192,7 @@ TEST_P(CudaTypes, LogitsMatchTheCpuPassWithinTheActivationRounding) {
     test::write_gguf_model(dir.str("m.gguf"), s, w, c.type, {}, true, nullptr, c.mixed);
     auto m = load_rows(dir.str("m.gguf"));
     ASSERT_TRUE(m);
-    auto cpu = Forward::create(*m, ForwardOptions{.n_ctx = 64});
+    auto cpu = create_cpu_pass(*m, ForwardOptions{.n_ctx = 64});
     ASSERT_TRUE(cpu.ok()) << cpu.error().message;
     auto g = gpu_pass(*m);
     ASSERT_TRUE(g);
@@ -319,7 +320,7 @@ TEST(CudaForward, DecodeSampleGreedyEqualsCpuGreedyFor32Steps) {
     const auto prompt = some_tokens(6, s.n_vocab, 21);
     ThreadPool pool(2);
     // CPU: forward + host greedy sampler.
-    auto cpu = Forward::create(*m, ForwardOptions{.n_ctx = 64});
+    auto cpu = create_cpu_pass(*m, ForwardOptions{.n_ctx = 64});
     ASSERT_TRUE(cpu.ok());
     SamplerParams sp;
     sp.temperature = 0;

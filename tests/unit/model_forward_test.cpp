@@ -8,6 +8,7 @@
 #include "core/dequantize.h"
 #include "core/thread_pool.h"
 #include "model/forward.h"
+#include "runtime/forward_factory.h"
 #include "model/model.h"
 #include "model_test_util.h"
 
@@ -27,7 +28,7 @@ std::vector<int32_t> some_tokens(int n, int n_vocab, uint32_t seed = 3) {
 // All logits [n * n_vocab] of a fresh forward over tokens.
 std::vector<float> run_all(const Model& m, const std::vector<int32_t>& toks, int64_t n_batch = 512,
                            int threads = 2) {
-    auto f = Forward::create(m, ForwardOptions{.n_ctx = 64, .n_batch = n_batch});
+    auto f = create_cpu_pass(m, ForwardOptions{.n_ctx = 64, .n_batch = n_batch});
     EXPECT_TRUE(f.ok()) << f.error().message;
     ThreadPool pool(threads);
     std::vector<float> out(toks.size() * static_cast<size_t>(m.hparams().n_vocab));
@@ -110,7 +111,7 @@ TEST(ModelForward, LongerPrefillSplitsElementwiseWork) {
     auto m = load(dir.str("hf"));
     ASSERT_TRUE(m);
     const auto toks = some_tokens(100, s.n_vocab);
-    auto f = Forward::create(*m, ForwardOptions{.n_ctx = 128});
+    auto f = create_cpu_pass(*m, ForwardOptions{.n_ctx = 128});
     ASSERT_TRUE(f.ok());
     ThreadPool pool(4);
     std::vector<float> got(toks.size() * static_cast<size_t>(s.n_vocab));
@@ -215,7 +216,7 @@ TEST(ModelForward, PrefillThenDecodeEqualsOneByOne) {
     const auto all = run_all(*m, toks);
 
     // Prefill 9 tokens, then decode the rest one at a time.
-    auto f = Forward::create(*m, ForwardOptions{.n_ctx = 32});
+    auto f = create_cpu_pass(*m, ForwardOptions{.n_ctx = 32});
     ASSERT_TRUE(f.ok());
     ThreadPool pool(2);
     ASSERT_TRUE((*f)->eval(std::span(toks).first(9), 0, pool).ok());
@@ -229,7 +230,7 @@ TEST(ModelForward, PrefillThenDecodeEqualsOneByOne) {
     }
 
     // Fully token by token, and chunked prefill (n_batch 5), single-threaded.
-    auto g = Forward::create(*m, ForwardOptions{.n_ctx = 32});
+    auto g = create_cpu_pass(*m, ForwardOptions{.n_ctx = 32});
     ASSERT_TRUE(g.ok());
     for (size_t t = 0; t < toks.size(); ++t) {
         ASSERT_TRUE((*g)->eval(std::span(toks).subspan(t, 1), static_cast<int64_t>(t), pool).ok());
@@ -251,7 +252,7 @@ TEST(ModelForward, RewindOverwritesCache) {
     auto b = a;
     b[5] = (b[5] + 1) % s.n_vocab;
     b[6] = (b[6] + 3) % s.n_vocab;
-    auto f = Forward::create(*m, ForwardOptions{.n_ctx = 16});
+    auto f = create_cpu_pass(*m, ForwardOptions{.n_ctx = 16});
     ASSERT_TRUE(f.ok());
     ThreadPool pool(1);
     ASSERT_TRUE((*f)->eval(a, 0, pool).ok());
@@ -267,7 +268,7 @@ TEST(ModelForward, EvalRejectsBadInput) {
     test::write_hf_folder(dir.str("hf"), s, test::make_weights(s));
     auto m = load(dir.str("hf"));
     ASSERT_TRUE(m);
-    auto f = Forward::create(*m, ForwardOptions{.n_ctx = 8});
+    auto f = create_cpu_pass(*m, ForwardOptions{.n_ctx = 8});
     ASSERT_TRUE(f.ok());
     ThreadPool pool(1);
     const std::vector<int32_t> bad{1, s.n_vocab};
@@ -281,7 +282,7 @@ TEST(ModelForward, EvalRejectsBadInput) {
     EXPECT_FALSE((*f)->eval(std::span<const int32_t>(), 0, pool).ok());
     std::vector<float> small(3);
     EXPECT_FALSE((*f)->eval(std::span(nine).first(2), 0, pool, small).ok());
-    EXPECT_FALSE(Forward::create(*m, ForwardOptions{.n_ctx = 0}).ok());
+    EXPECT_FALSE(create_cpu_pass(*m, ForwardOptions{.n_ctx = 0}).ok());
 }
 
 TEST(ModelForward, TapSeesNamedIntermediates) {
@@ -290,11 +291,9 @@ TEST(ModelForward, TapSeesNamedIntermediates) {
     test::write_hf_folder(dir.str("hf"), s, test::make_weights(s));
     auto m = load(dir.str("hf"));
     ASSERT_TRUE(m);
-    auto f = Forward::create(*m, ForwardOptions{.n_ctx = 8});
-    ASSERT_TRUE(f.ok());
     std::set<std::string> names;
     int layer_outs = 0;
-    (*f)->set_tap([&](const TapInfo& t) {
+    auto f = create_cpu_pass(*m, ForwardOptions{.n_ctx = 8}, [&](const TapInfo& t) {
         names.insert(std::string(t.name));
         if (t.name == "l_out") {
             ++layer_outs;
@@ -305,6 +304,7 @@ TEST(ModelForward, TapSeesNamedIntermediates) {
             EXPECT_EQ(t.width, s.q_dim());
         }
     });
+    ASSERT_TRUE(f.ok());
     ThreadPool pool(1);
     const std::vector<int32_t> toks{1, 2, 3};
     ASSERT_TRUE((*f)->eval(toks, 0, pool).ok());

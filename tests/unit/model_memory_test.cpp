@@ -17,6 +17,7 @@
 #include "core/proc_memory.h"
 #include "core/thread_pool.h"
 #include "model/forward.h"
+#include "runtime/forward_factory.h"
 #include "model/hybrid_forward.h"
 #include "model/model.h"
 #include "model_test_util.h"
@@ -84,9 +85,9 @@ std::vector<int32_t> tokens(int n, int64_t n_vocab) {
     return t;
 }
 
-template <typename F>
+// The CPU pass of the model (the dense executor or the hybrid pass).
 std::vector<float> logits(const Model& m, const std::vector<int32_t>& toks) {
-    auto f = F::create(m, ForwardOptions{.n_ctx = 16});
+    auto f = create_forward_pass(m, ForwardOptions{.n_ctx = 16}, Device::kCpu, nullptr);
     EXPECT_TRUE(f.ok()) << f.error().message;
     if (!f.ok()) return {};
     ThreadPool pool(2);
@@ -97,12 +98,16 @@ std::vector<float> logits(const Model& m, const std::vector<int32_t>& toks) {
 }
 
 // The repacked (AVX-512) kernels sum the same integer block products in another order than the
-// row kernels: fp32 rounding, ~1e-6 of the magnitude per matmul; weights read from released or
-// wrong pages would differ by O(1). Without a repack the kernels and bytes are the same: exact.
+// row kernels: fp32 rounding, ~1e-6 of the magnitude per matmul. That much can move an activation
+// across a rounding boundary of the next matmul's 8-bit activation quantization (one step = 1/254
+// of a block's largest value), and random synthetic weights amplify such a step layer by layer:
+// measured on 2026-12-02, the q/k/v rows differ by 3e-7, the first layer's MLP output by 5e-5 (one
+// flipped step), the logits by 0.8-1.3 %. Weights read from wrong pages differ by O(1) (the
+// logits' own magnitude). Without a repack the kernels and bytes are the same: exact.
 void expect_same_logits(const std::vector<float>& got, const std::vector<float>& want) {
     ASSERT_EQ(got.size(), want.size());
     if (cpu::active_isa() == cpu::Isa::kAvx512)
-        EXPECT_LT(test::max_rel_diff(got, want), 1e-4);
+        EXPECT_LT(test::max_rel_diff(got, want), 5e-2);
     else
         EXPECT_EQ(got, want);
 }
@@ -118,7 +123,7 @@ TEST(ModelMemory, Q4_0GgufLoadsForTheCpuWithoutASecondCopy) {
     ASSERT_TRUE(m);
     const ProcMemory loaded = memory();
     const auto toks = tokens(8, m->hparams().n_vocab);
-    const std::vector<float> got = logits<Forward>(*m, toks);
+    const std::vector<float> got = logits(*m, toks);
     // Nothing reads the released pages again: a forward pass maps back file pages only for the
     // embedding rows it looks up (the embedding stays a view), never more than the embedding.
     const ProcMemory ran = memory();
@@ -129,7 +134,7 @@ TEST(ModelMemory, Q4_0GgufLoadsForTheCpuWithoutASecondCopy) {
     // Same logits as the load that keeps every matrix a view of the mapping (the GPU's).
     auto views = Model::load(path, ModelLoadOptions{.allow_repack = false});
     ASSERT_TRUE(views.ok()) << views.error().message;
-    expect_same_logits(got, logits<Forward>(**views, toks));
+    expect_same_logits(got, logits(**views, toks));
 }
 
 TEST(ModelMemory, TiedHeadCopyServesTheEmbeddingLookups) {
@@ -155,7 +160,7 @@ TEST(ModelMemory, TiedHeadCopyServesTheEmbeddingLookups) {
         EXPECT_FALSE((*views)->weights().output.owns_data());
         EXPECT_NE((*views)->weights().tok_embd.data, (*m)->weights().tok_embd.data);
         const auto toks = tokens(8, (*m)->hparams().n_vocab);
-        expect_same_logits(logits<Forward>(**m, toks), logits<Forward>(**views, toks));
+        expect_same_logits(logits(**m, toks), logits(**views, toks));
     }
 }
 
@@ -164,10 +169,10 @@ TEST(ModelMemory, HybridHfFolderLoadsForTheCpuWithoutASecondCopy) {
     std::unique_ptr<Model> m = load_within_bound(kSmallMoe);
     ASSERT_TRUE(m);
     const auto toks = tokens(8, m->hparams().n_vocab);
-    const std::vector<float> got = logits<HybridForward>(*m, toks);
+    const std::vector<float> got = logits(*m, toks);
     auto views = Model::load(kSmallMoe, ModelLoadOptions{.allow_repack = false});
     ASSERT_TRUE(views.ok()) << views.error().message;
-    expect_same_logits(got, logits<HybridForward>(**views, toks));
+    expect_same_logits(got, logits(**views, toks));
 }
 
 TEST(ModelMemory, HybridGgufLoadsForTheCpuWithoutASecondCopy) {
@@ -179,10 +184,10 @@ TEST(ModelMemory, HybridGgufLoadsForTheCpuWithoutASecondCopy) {
     std::unique_ptr<Model> m = load_within_bound(path);
     ASSERT_TRUE(m);
     const auto toks = tokens(8, m->hparams().n_vocab);
-    const std::vector<float> got = logits<HybridForward>(*m, toks);
+    const std::vector<float> got = logits(*m, toks);
     auto views = Model::load(path, ModelLoadOptions{.allow_repack = false});
     ASSERT_TRUE(views.ok()) << views.error().message;
-    expect_same_logits(got, logits<HybridForward>(**views, toks));
+    expect_same_logits(got, logits(**views, toks));
 }
 
 }  // namespace

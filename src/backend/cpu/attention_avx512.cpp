@@ -102,21 +102,23 @@ void attention_group_avx512(const AttnGroupArgs& a) {
         for (int d = 0; d < hd; d += 16)
             _mm512_mask_storeu_ps(a.out + g * hd + d, lane_mask(d, hd), _mm512_setzero_ps());
     }
-    for (int64_t j0 = a.first; j0 <= a.last; j0 += kKeyBlock) {
-        const int nk = static_cast<int>(a.last - j0 + 1 < kKeyBlock ? a.last - j0 + 1 : kKeyBlock);
+    for (int64_t j0 = a.first; j0 <= a.last;) {
+        const void *kc, *vc;
+        int64_t r0;
+        const int nk = key_chunk(a, j0, kKeyBlock, &kc, &vc, &r0);
         // Scores, 16 keys x one head at a time (the K block stays in L1 across the group's heads).
         const __m512 vscale = _mm512_set1_ps(a.scale);
         for (int g = 0; g < ng; ++g) {
             for (int j = 0; j < nk; j += 16) {
                 const int n16 = nk - j < 16 ? nk - j : 16;
-                const int64_t base = (j0 + j) * a.pos_stride;
+                const int64_t base = (r0 + j) * a.pos_stride;
                 __m512 sv;
                 if (hd == 64) {
-                    sv = scores16<4>(a.q + g * hd, a.k, a.f16, base, a.pos_stride, n16, hd);
+                    sv = scores16<4>(a.q + g * hd, kc, a.f16, base, a.pos_stride, n16, hd);
                 } else if (hd == 128) {
-                    sv = scores16<8>(a.q + g * hd, a.k, a.f16, base, a.pos_stride, n16, hd);
+                    sv = scores16<8>(a.q + g * hd, kc, a.f16, base, a.pos_stride, n16, hd);
                 } else {
-                    sv = scores16<0>(a.q + g * hd, a.k, a.f16, base, a.pos_stride, n16, hd);
+                    sv = scores16<0>(a.q + g * hd, kc, a.f16, base, a.pos_stride, n16, hd);
                 }
                 _mm512_storeu_ps(s[g] + j, _mm512_mul_ps(sv, vscale));
             }
@@ -145,7 +147,7 @@ void attention_group_avx512(const AttnGroupArgs& a) {
         // clang-format off
         switch (ng) {
 #define PELICAN_PV_CASE(n) \
-    case n: pv_update<n>(a.out, a.v, a.f16, j0 * a.pos_stride, a.pos_stride, nk, hd, s, corr); break;
+    case n: pv_update<n>(a.out, vc, a.f16, r0 * a.pos_stride, a.pos_stride, nk, hd, s, corr); break;
             PELICAN_PV_CASE(1) PELICAN_PV_CASE(2) PELICAN_PV_CASE(3) PELICAN_PV_CASE(4)
             PELICAN_PV_CASE(5) PELICAN_PV_CASE(6) PELICAN_PV_CASE(7) PELICAN_PV_CASE(8)
             PELICAN_PV_CASE(9) PELICAN_PV_CASE(10) PELICAN_PV_CASE(11) PELICAN_PV_CASE(12)
@@ -154,6 +156,7 @@ void attention_group_avx512(const AttnGroupArgs& a) {
             default: break;
         }
         // clang-format on
+        j0 += nk;
     }
     for (int g = 0; g < ng; ++g) {
         const __m512 inv = _mm512_set1_ps(1.0f / l[g]);

@@ -139,4 +139,25 @@ inline constexpr int kMaxHeadDim = 512;
 void attention(const float* q, const void* k_cache, const void* v_cache, int64_t pos0, int64_t n_tok,
                const AttentionParams& p, float* out, ThreadPool& pool);
 
+// A layer's paged K (or V) pool: block b at base + b * block_stride elements; inside a block,
+// position j at + j * p.pos_stride_or_default() and KV head h at + h * p.head_stride_or_default().
+struct KvPoolView {
+    const void* base = nullptr;
+    int64_t block_stride = 0;  // elements
+};
+// One sequence's rows of a batch: q / out rows row0 .. row0 + n_tok - 1 sit at positions
+// pos0 .. pos0 + n_tok - 1; its positions 0 .. pos0 + n_tok - 1 are cached in blocks
+// block_table[p / block_tokens].
+struct PagedSeq {
+    int64_t row0 = 0;
+    int64_t n_tok = 0;
+    int64_t pos0 = 0;
+    const int32_t* block_table = nullptr;
+};
+// attention() for a batch of sequences whose K/V live in pages: q and out [n_rows, n_head,
+// head_dim] fp32; every (token, KV head) pair of every sequence is one task of one parallel_for.
+// Causal and windowed as attention(). No allocation.
+void attention_paged(const float* q, KvPoolView k, KvPoolView v, int block_tokens,
+                     std::span<const PagedSeq> seqs, const AttentionParams& p, float* out, ThreadPool& pool);
+
 }  // namespace pelican::cpu

@@ -1,4 +1,4 @@
-// The forward pass of the shared dense block (model/forward.h) on one CUDA GPU.
+// The forward pass of the shared dense block (backend/cpu/cpu_executor.h on the CPU) on one CUDA GPU.
 //
 // Everything is allocated at create(): the KV cache (F16, or F32 when every matrix is F32 so the
 // fp32 golden fixtures keep ~1e-6 accuracy), activation scratch for n_batch tokens, workspaces,

@@ -19,7 +19,7 @@
 namespace pelican::cuda {
 namespace {
 
-// Architectures whose forward pass is the shared dense block (model/forward.h) mirrored here.
+// Architectures whose forward pass is the shared dense block (backend/cpu/cpu_executor.h) mirrored here.
 constexpr std::array<std::string_view, 5> kDenseArchs = {"llama", "mistral", "qwen2", "qwen3", "granite"};
 
 }  // namespace

@@ -1,0 +1,88 @@
+// The CPU Executor (runtime/executor.h) of the shared dense block, for every Llama-family
+// architecture:
+//
+//   x = embd[tokens] * embd_scale
+//   per layer:  h = rms_norm(x) -> q, k, v (+bias) -> [q/k rms_norm per head] -> rope(q, k)
+//               K/V rows -> the sequences' KV pages; x += residual_scale * o_proj(paged attention)
+//               x += residual_scale * down(silu(gate(rms_norm(x))) * up(rms_norm(x)))
+//   logits = output(rms_norm(x[out_rows])) * logit_scale
+//
+// A step's rows may come from many sequences at different positions: every matmul runs once over
+// all rows (the weights are read once per step, not once per sequence), attention reads each
+// sequence's own pages. Scratch is sized at create() for max_batch_tokens rows: step() never
+// allocates.
+//
+// Intermediates have names; a tap callback (debugging, eval) sees each one as it is produced, over
+// all rows of the step: "embd" [n, n_embd]; per layer "attn_norm" [n, n_embd], "q" [n, q_dim] and
+// "k", "v" [n, kv_dim] (after bias, q/k norm and rope), "attn" [n, q_dim] (attention output before
+// o_proj), "attn_out" [n, n_embd], "ffn_inp" [n, n_embd], "ffn_norm", "ffn_act" [n, n_ff],
+// "ffn_out" [n, n_embd], "l_out" [n, n_embd]; then "output_norm" and "logits" [out rows, ...]
+// (layer -1). TapInfo::pos0 is the position of row 0.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/cpu_memory.h"
+#include "core/buffer.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "runtime/executor.h"
+
+namespace pelican::cpu {
+
+struct CpuExecutorOptions {
+    int64_t max_batch_tokens = 512;  // most rows per step
+    TapFn tap;
+};
+
+class CpuExecutor final : public Executor {
+public:
+    // Errors: a hybrid model (model/hybrid_forward.h runs those for now), bad sizes, allocation
+    // failures. The model must outlive the executor.
+    static Expected<std::unique_ptr<CpuExecutor>> create(const Model& model, const CpuExecutorOptions& opt);
+
+    Expected<std::unique_ptr<SequenceMemory>> create_memory(const MemoryOptions& opt) override;
+    Status step(const Batch& batch, SequenceMemory& mem, const StepOutputs& out, ThreadPool& pool) override;
+    int64_t max_batch_tokens() const override { return max_tokens_; }
+    const Model& model() const override { return model_; }
+    std::string_view device_name() const override { return "cpu"; }
+    void set_tap(TapFn tap) { tap_ = std::move(tap); }
+
+private:
+    CpuExecutor(const Model& m, int64_t max_tokens);
+    Status alloc_scratch();
+    void layer(int il, int64_t n, CpuMemoryStorage& kv, const SequenceMemory& mem, ThreadPool& pool);
+    void head(const Batch& b, const StepOutputs& out, ThreadPool& pool);
+    void tap(std::string_view name, int layer, int64_t n, int64_t width, const float* data) const {
+        if (tap_) tap_(TapInfo{name, layer, tap_pos0_, n, width, data});
+    }
+
+    const Model& model_;
+    const ModelHParams& hp_;
+    int64_t max_tokens_;
+    TapFn tap_;
+    int64_t tap_pos0_ = 0;
+    std::vector<SeqRun> runs_;  // [<= max_tokens] this step's sequences (capacity reserved)
+    std::vector<PagedSeq> attn_seqs_;
+
+    // Scratch, all [max_tokens, width] fp32 unless noted (carved from one buffer).
+    Buffer scratch_;
+    float* x_ = nullptr;               // [T, n_embd] residual stream
+    float* xn_ = nullptr;              // [T, n_embd] normed input of a sub-block
+    float* q_ = nullptr;               // [T, q_dim]
+    float* k_ = nullptr;               // [T, kv_dim] this step's K rows (copied into the pages)
+    float* v_ = nullptr;               // [T, kv_dim]
+    float* attn_ = nullptr;            // [T, q_dim]
+    float* proj_ = nullptr;            // [T, n_embd] o_proj / down_proj output
+    float* gate_ = nullptr;            // [T, n_ff]
+    float* up_ = nullptr;              // [T, n_ff]
+    float* cos_ = nullptr;             // [T, rope_dim/2]
+    float* sin_ = nullptr;             // [T, rope_dim/2]
+    int64_t* pos_ = nullptr;           // [T] absolute positions
+    std::span<std::byte> mm_scratch_;  // cpu::matmul activation scratch
+};
+
+}  // namespace pelican::cpu

@@ -1,0 +1,128 @@
+// The shared transformer block over a batch of rows from many sequences (one implementation for
+// every Llama-family architecture): RMSNorm -> GQA attention with rope over each sequence's KV
+// pages -> residual -> RMSNorm -> SwiGLU MLP -> residual. Variants come from the weights present
+// (biases, q/k norms) and the hyper-parameters (rope layout and frequencies, sliding window,
+// granite multipliers).
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/cpu_executor.h"
+#include "backend/cpu/cpu_ops.h"
+
+namespace pelican::cpu {
+namespace {
+
+// Element-wise work on [n_rows, width] split into row chunks over the pool when it is large
+// (prefill); small inputs (decode) run on the calling thread. fn(row0, n_rows).
+template <typename F>
+void over_rows(ThreadPool& pool, int64_t n_rows, int64_t width, F&& fn) {
+    constexpr int64_t kMinChunk = 1 << 15;  // floats per task
+    const int64_t rows_per = std::max<int64_t>(1, kMinChunk / std::max<int64_t>(width, 1));
+    const int64_t n_tasks = (n_rows + rows_per - 1) / rows_per;
+    if (n_tasks <= 1 || pool.size() == 1) return fn(int64_t{0}, n_rows);
+    pool.parallel_for(n_tasks, [&](int64_t task, int) {
+        const int64_t r0 = task * rows_per;
+        fn(r0, std::min(rows_per, n_rows - r0));
+    });
+}
+
+// x += s * y over [n_rows, width] (y is scaled in place when s != 1).
+void residual_add(ThreadPool& pool, float* x, float* y, float s, int64_t n_rows, int64_t width) {
+    over_rows(pool, n_rows, width, [&](int64_t r0, int64_t nr) {
+        float* xr = x + r0 * width;
+        float* yr = y + r0 * width;
+        if (s != 1.0f) scale(yr, s, yr, nr * width);
+        add(xr, yr, xr, nr * width);
+    });
+}
+
+}  // namespace
+
+void CpuExecutor::layer(int il, int64_t n, CpuMemoryStorage& kv, const SequenceMemory& mem,
+                        ThreadPool& pool) {
+    const LayerWeights& L = model_.weights().layers[static_cast<size_t>(il)];
+    const int64_t e = hp_.n_embd, qd = hp_.q_dim(), kvd = hp_.kv_dim(), ff = hp_.n_ff;
+    const int hd = static_cast<int>(hp_.head_dim), nh = static_cast<int>(hp_.n_head);
+    const int nkv = static_cast<int>(hp_.n_head_kv), n_rot = static_cast<int>(hp_.rope_dim);
+    std::span<std::byte> mm = mm_scratch_;
+
+    // ---- attention ----
+    rms_norm(x_, L.attn_norm, xn_, n, e, hp_.rms_eps, NormWeight::kPlain, &pool);
+    tap("attn_norm", il, n, e, xn_);
+    {  // one pass: the activations are quantized once, one thread barrier instead of three
+        const Weight* ws[3] = {&L.wq, &L.wk, &L.wv};
+        float* ys[3] = {q_, k_, v_};
+        matmul_multi(ws, xn_, n, ys, mm, pool);
+    }
+    if (L.bq) add_bias(q_, L.bq, n, qd);
+    if (L.bk) add_bias(k_, L.bk, n, kvd);
+    if (L.bv) add_bias(v_, L.bv, n, kvd);
+    if (L.q_norm) {  // per-head RMSNorm over head_dim (qwen3)
+        rms_norm(q_, L.q_norm, q_, n * nh, hd, hp_.rms_eps, NormWeight::kPlain, &pool);
+        rms_norm(k_, L.k_norm, k_, n * nkv, hd, hp_.rms_eps, NormWeight::kPlain, &pool);
+    }
+    const int64_t half = n_rot / 2;
+    over_rows(pool, n, qd + kvd, [&](int64_t t0, int64_t nt) {
+        const float* c = cos_ + t0 * half;
+        const float* sn = sin_ + t0 * half;
+        rope(q_ + t0 * qd, nt, nh, hd, qd, n_rot, c, sn, hp_.rope_layout);
+        rope(k_ + t0 * kvd, nt, nkv, hd, kvd, n_rot, c, sn, hp_.rope_layout);
+    });
+    tap("q", il, n, qd, q_);
+    tap("k", il, n, kvd, k_);
+    tap("v", il, n, kvd, v_);
+
+    // This step's K/V rows into their sequences' pages (prepare_write made them writable).
+    const int32_t bt = mem.block_tokens();
+    const size_t row_bytes = static_cast<size_t>(kvd) * sizeof(float);
+    float* kp = kv.k(il);
+    float* vp = kv.v(il);
+    for (const SeqRun& r : runs_) {
+        const std::span<const int32_t> table = mem.block_table(r.seq);
+        for (int64_t i = 0; i < r.n; ++i) {
+            const int64_t p = r.pos0 + i;
+            const int64_t at = table[static_cast<size_t>(p / bt)] * kv.block_floats() + (p % bt) * kvd;
+            std::memcpy(kp + at, k_ + (r.row0 + i) * kvd, row_bytes);
+            std::memcpy(vp + at, v_ + (r.row0 + i) * kvd, row_bytes);
+        }
+    }
+
+    AttentionParams ap;
+    ap.n_head = nh;
+    ap.n_kv_head = nkv;
+    ap.head_dim = hd;
+    ap.scale = hp_.attn_scale;
+    ap.kv_type = DType::F32;
+    ap.window = hp_.sliding_window;
+    attention_paged(q_, KvPoolView{kp, kv.block_floats()}, KvPoolView{vp, kv.block_floats()}, bt, attn_seqs_,
+                    ap, attn_, pool);
+    tap("attn", il, n, qd, attn_);
+
+    matmul(L.wo, attn_, n, proj_, mm, pool);
+    if (L.bo) add_bias(proj_, L.bo, n, e);
+    tap("attn_out", il, n, e, proj_);
+    residual_add(pool, x_, proj_, hp_.residual_scale, n, e);
+    tap("ffn_inp", il, n, e, x_);
+
+    // ---- SwiGLU MLP ----
+    rms_norm(x_, L.ffn_norm, xn_, n, e, hp_.rms_eps, NormWeight::kPlain, &pool);
+    tap("ffn_norm", il, n, e, xn_);
+    {
+        const Weight* ws[2] = {&L.w_gate, &L.w_up};
+        float* ys[2] = {gate_, up_};
+        matmul_multi(ws, xn_, n, ys, mm, pool);
+    }
+    if (L.b_gate) add_bias(gate_, L.b_gate, n, ff);
+    if (L.b_up) add_bias(up_, L.b_up, n, ff);
+    over_rows(pool, n, ff, [&](int64_t r0, int64_t nr) {
+        swiglu(gate_ + r0 * ff, up_ + r0 * ff, gate_ + r0 * ff, nr * ff);
+    });
+    tap("ffn_act", il, n, ff, gate_);
+    matmul(L.w_down, gate_, n, proj_, mm, pool);
+    if (L.b_down) add_bias(proj_, L.b_down, n, e);
+    tap("ffn_out", il, n, e, proj_);
+    residual_add(pool, x_, proj_, hp_.residual_scale, n, e);
+    tap("l_out", il, n, e, x_);
+}
+
+}  // namespace pelican::cpu
