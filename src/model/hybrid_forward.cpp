@@ -51,23 +51,10 @@ Expected<std::unique_ptr<HybridForward>> HybridForward::create(const Model& mode
 
 void HybridForward::alloc_scratch() {
     const auto B = static_cast<size_t>(n_batch_);
-    const auto e = static_cast<size_t>(hp_.n_embd), q = static_cast<size_t>(hp_.q_dim());
-    const DeltaNetShape& s = hy_.linear;
-    const auto cd = static_cast<size_t>(s.conv_dim()), kd = static_cast<size_t>(s.key_dim()),
-               vd = static_cast<size_t>(s.value_dim()), nv = static_cast<size_t>(s.n_v_heads);
-    const auto ff = static_cast<size_t>(std::max({hp_.n_ff, hy_.n_ff_shared, hy_.n_ff_expert}));
-    const auto k = static_cast<size_t>(std::max(hy_.n_expert_used, 1));
+    const auto e = static_cast<size_t>(hp_.n_embd);
     x_.resize(B * e), xn_.resize(B * e), proj_.resize(B * e);
-    q_.resize(B * q), gate_.resize(B * q), attn_.resize(B * q), qg_.resize(2 * B * q);
     cos_.resize(B * static_cast<size_t>(hp_.rope_dim / 2)), sin_.resize(cos_.size()), pos_.resize(B);
-    qkv_.resize(B * cd), conv_out_.resize(B * cd), z_.resize(B * vd);
-    lq_.resize(B * kd), lk_.resize(B * kd), lv_.resize(B * vd), core_.resize(B * vd);
-    a_.resize(B * nv), b_.resize(B * nv), g_.resize(B * nv), beta_.resize(B * nv);
-    ff_a_.resize(B * ff), ff_b_.resize(B * ff);
-    router_.resize(B * static_cast<size_t>(std::max(hy_.n_expert, 1))), route_w_.resize(B * k),
-        route_id_.resize(B * k);
-    sel_tok_.resize(B), sel_w_.resize(B), gather_.resize(B * e), sh_gate_.resize(B);
-    expert_out_.resize(B * e);
+    blocks_ = std::make_unique<cpu::HybridBlocks>(hp_, n_batch_);
     last_logits_.resize(static_cast<size_t>(hp_.n_vocab)), last_hidden_.resize(e);
     if (w_.mtp.present) mtp_in_.resize(2 * B * e), mtp_logits_.resize(static_cast<size_t>(hp_.n_vocab));
 }
@@ -128,10 +115,7 @@ void HybridForward::eval_chunk(const int32_t* tokens, int64_t n, int64_t pos0, T
         deltanet(il, n, pool);
         cpu::add(x_.data(), proj_.data(), x_.data(), n * e);
         cpu::rms_norm(x_.data(), L.ffn_norm, xn_.data(), n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
-        if (hy_.moe)
-            moe(L.moe, n, pool);
-        else
-            mlp(L.mlp, n, pool);
+        ffn(L, n, pool);
         cpu::add(x_.data(), proj_.data(), x_.data(), n * e);
     }
 
@@ -219,11 +203,6 @@ void HybridForward::mtp_chunk(const int32_t* tokens, const float* hidden, int64_
         cpu::matmul(base.output, xn_.data(), 1, mtp_logits_.data(), pool);
         if (ls != 1.0f) cpu::scale(mtp_logits_.data(), ls, mtp_logits_.data(), V);
     }
-}
-
-Expected<std::unique_ptr<ForwardPass>> create_hybrid_forward(const Model& model, const ForwardOptions& opt) {
-    PELICAN_ASSIGN(std::unique_ptr<HybridForward> f, HybridForward::create(model, opt));
-    return std::unique_ptr<ForwardPass>(std::move(f));
 }
 
 }  // namespace pelican

@@ -11,7 +11,8 @@
 // has more than one token and the recurrent step otherwise. The recurrent state cannot rewind, so an
 // eval at pos0 below the current position replays the kept tokens 0..pos0-1 from a reset state (the
 // pass keeps its token history); positions must otherwise follow on (pos0 == n_past).
-// The block math is the scalar reference ops (ops/ops_qwen35.h) plus the CPU matmuls: correct, not fast.
+// The blocks are backend/cpu/hybrid_blocks.h (shared with the CPU executor, which runs these models
+// for Session and bench); this pass remains for multi-token prediction (mtp_eval), not yet on the executor.
 //
 // Multi-token prediction (mtp.*, when the model has it; research §1.7, as vLLM runs it): for main
 // position p with final-normed hidden state h_p and the next token x_{p+1},
@@ -26,6 +27,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/hybrid_blocks.h"
 #include "model/forward.h"
 #include "model/forward_pass.h"
 #include "model/kv_cache.h"
@@ -85,8 +87,7 @@ private:
     void deltanet(int il, int64_t n, ThreadPool& pool);
     void attention(const GatedAttentionWeights& W, float* kc, float* vc, int64_t n, int64_t pos0,
                    ThreadPool& pool);
-    void moe(const MoeWeights& W, int64_t n, ThreadPool& pool);
-    void mlp(const SwigluWeights& W, int64_t n, ThreadPool& pool);
+    void ffn(const HybridLayerWeights& L, int64_t n, ThreadPool& pool);
 
     const Model& model_;
     const ModelHParams& hp_;
@@ -99,20 +100,11 @@ private:
     std::vector<int32_t> history_;  // tokens at positions 0 .. n_past-1
     int64_t n_batch_;
 
-    // Scratch, [n_batch, width] fp32 (allocated once at create).
-    std::vector<float> x_, xn_, proj_;             // [.., n_embd]
-    std::vector<float> q_, gate_, attn_, qg_;      // [.., q_dim] (qg_: 2 q_dim)
-    std::vector<float> cos_, sin_;                 // [.., rope_dim/2]
-    std::vector<int64_t> pos_;                     // [n_batch]
-    std::vector<float> qkv_, conv_out_, z_;        // [.., conv_dim], [.., conv_dim], [.., value_dim]
-    std::vector<float> lq_, lk_, lv_, core_;       // [.., key_dim] x2, [.., value_dim] x2
-    std::vector<float> a_, b_, g_, beta_;          // [.., n_v_heads]
-    std::vector<float> ff_a_, ff_b_;               // [.., max(n_ff, n_ff_shared)]
-    std::vector<float> router_, route_w_;          // [.., n_expert], [.., k]
-    std::vector<int32_t> route_id_;                // [.., k]
-    std::vector<int32_t> sel_tok_;                 // [n_batch] tokens routed to one expert
-    std::vector<float> sel_w_, gather_, sh_gate_;  // [n_batch], [n_batch, n_embd], [n_batch]
-    std::vector<float> expert_out_;                // [n_batch, n_embd]
+    // Scratch, [n_batch, width] fp32 (allocated once at create); the blocks' own in blocks_.
+    std::vector<float> x_, xn_, proj_;  // [.., n_embd]
+    std::vector<float> cos_, sin_;      // [.., rope_dim/2]
+    std::vector<int64_t> pos_;          // [n_batch]
+    std::unique_ptr<cpu::HybridBlocks> blocks_;
     std::vector<float> last_logits_, last_hidden_;
     bool keep_hidden_ = false;
     std::vector<float> hidden_rows_;  // [n tokens of the last eval, n_embd] when keep_hidden_
@@ -123,8 +115,5 @@ private:
     std::vector<float> mtp_in_;  // [n_batch, 2 n_embd]
     std::vector<float> mtp_logits_;
 };
-
-// For runtime/forward_factory.cpp: the CPU pass of a hybrid model as a ForwardPass.
-Expected<std::unique_ptr<ForwardPass>> create_hybrid_forward(const Model& model, const ForwardOptions& opt);
 
 }  // namespace pelican

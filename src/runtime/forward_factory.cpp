@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_executor.h"
-#include "model/hybrid_forward.h"
 #include "model/model.h"
 #include "runtime/sequence_pass.h"
 
@@ -54,9 +53,7 @@ Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Model& model, c
                                                            const std::shared_ptr<const DeviceModel>& gpu) {
     switch (device) {
         case Device::kCpu: {
-            // Architecture-specific CPU passes branch here before the dense block: the hybrid
-            // Qwen3.5 stack (Gated DeltaNet + gated attention, model/hybrid_forward.h).
-            if (model.arch().hybrid) return create_hybrid_forward(model, opt);
+            // Every architecture, dense and hybrid, runs on the CPU executor.
             PELICAN_ASSIGN(std::unique_ptr<SequencePass> p, create_cpu_pass(model, opt));
             return std::unique_ptr<ForwardPass>(std::move(p));
         }

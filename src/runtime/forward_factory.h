@@ -32,8 +32,8 @@ Status gpu_supports(const Model& model);
 // not supported, out of GPU memory.
 Expected<std::shared_ptr<const DeviceModel>> upload_gpu_model(const Model& model);
 
-// The CPU pass of a dense (Llama-family) model: a SequencePass on a CPU executor; `tap` sees the
-// executor's named intermediates (backend/cpu/cpu_executor.h). Errors: a hybrid model, bad sizes.
+// The CPU pass of a model (dense or hybrid): a SequencePass on a CPU executor; `tap` sees the
+// executor's named intermediates (backend/cpu/cpu_executor.h). Errors: bad sizes, out of memory.
 Expected<std::unique_ptr<SequencePass>> create_cpu_pass(const Model& model, const ForwardOptions& opt,
                                                         TapFn tap = {});
 

@@ -27,6 +27,8 @@ Expected<std::unique_ptr<SequencePass>> SequencePass::create(std::unique_ptr<Exe
     p->rows_.resize(B);
     std::iota(p->rows_.begin(), p->rows_.end(), 0);
     p->last_logits_.assign(static_cast<size_t>(p->n_vocab_), 0.0f);
+    p->history_.reserve(static_cast<size_t>(opt.n_ctx));
+    p->replay_.reserve(static_cast<size_t>(opt.n_ctx));
     return p;
 }
 
@@ -48,8 +50,19 @@ Status SequencePass::eval(std::span<const int32_t> tokens, int64_t pos0, ThreadP
     if (!all_logits.empty() && static_cast<int64_t>(all_logits.size()) != n * n_vocab_)
         return make_error("eval: all_logits holds {} floats, expected {} tokens x {} vocab",
                           all_logits.size(), n, n_vocab_);
-    if (mem_->truncate(seq_, pos0) != pos0)
-        return make_error("eval: cannot rewind to position {} on this model", pos0);  // recurrent passes only
+    const int64_t kept = mem_->truncate(seq_, pos0);  // < pos0 only for a recurrent model
+    if (kept < pos0) {  // re-feed what the memory could not restore (no logits needed)
+        replay_.assign(history_.begin() + kept, history_.begin() + pos0);
+        history_.resize(static_cast<size_t>(kept));
+        PELICAN_TRY(run(replay_, kept, pool, {}, false));
+    }
+    history_.resize(static_cast<size_t>(pos0));
+    return run(tokens, pos0, pool, all_logits, true);
+}
+
+Status SequencePass::run(std::span<const int32_t> tokens, int64_t pos0, ThreadPool& pool,
+                         std::span<float> all_logits, bool want_last) {
+    const auto n = static_cast<int64_t>(tokens.size());
     for (int64_t done = 0; done < n; done += n_batch_) {
         const int64_t m = std::min(n_batch_, n - done);
         for (int64_t i = 0; i < m; ++i) pos_[static_cast<size_t>(i)] = pos0 + done + i;
@@ -58,17 +71,19 @@ Status SequencePass::eval(std::span<const int32_t> tokens, int64_t pos0, ThreadP
         b.pos = std::span<const int64_t>(pos_.data(), static_cast<size_t>(m));
         b.seq = std::span<const SeqId>(seq_ids_.data(), static_cast<size_t>(m));
         StepOutputs out;
-        if (all_logits.empty()) {
-            b.out_rows = std::span<const int32_t>(rows_.data() + m - 1, 1);
-            out.logits = last_logits_;
-        } else {
+        if (!all_logits.empty()) {
             b.out_rows = std::span<const int32_t>(rows_.data(), static_cast<size_t>(m));
             out.logits =
                 all_logits.subspan(static_cast<size_t>(done * n_vocab_), static_cast<size_t>(m * n_vocab_));
+        } else if (want_last && done + m == n) {
+            b.out_rows = std::span<const int32_t>(rows_.data() + m - 1, 1);
+            out.logits = last_logits_;
         }
         PELICAN_TRY(exec_->step(b, *mem_, out, pool));
+        history_.insert(history_.end(), b.token.begin(), b.token.end());
     }
-    if (!all_logits.empty()) std::copy(all_logits.end() - n_vocab_, all_logits.end(), last_logits_.begin());
+    if (!all_logits.empty() && want_last)
+        std::copy(all_logits.end() - n_vocab_, all_logits.end(), last_logits_.begin());
     return {};
 }
 

@@ -3,7 +3,8 @@
 // steps of at most n_batch tokens, the last row's logits kept on the host.
 //
 // eval(tokens, pos0) rewinds to pos0 first (SequenceMemory::truncate), so pos0 may be any position
-// up to the tokens evaluated so far.
+// up to the tokens evaluated so far. A recurrent model rewinds exactly within the memory's
+// checkpoints; further back the pass re-feeds its kept tokens from the length the memory restored.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,13 @@ private:
     std::vector<SeqId> seq_ids_;      // [n_batch]
     std::vector<int32_t> rows_;       // [n_batch] 0, 1, 2, ...
     std::vector<float> last_logits_;  // [n_vocab]
+    std::vector<int32_t> history_;    // [n_ctx capacity] the tokens at positions 0 .. length-1
+    std::vector<int32_t> replay_;     // [n_ctx capacity] tokens re-fed after a rewind past the checkpoints
+
+    // Steps of at most n_batch tokens at pos0..; logits of every row into all_logits when given,
+    // else of the last row into last_logits_ when want_last.
+    Status run(std::span<const int32_t> tokens, int64_t pos0, ThreadPool& pool, std::span<float> all_logits,
+               bool want_last);
 };
 
 }  // namespace pelican

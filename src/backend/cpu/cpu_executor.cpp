@@ -20,13 +20,29 @@ CpuExecutor::CpuExecutor(const Model& m, int64_t max_tokens)
 
 Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Model& model,
                                                            const CpuExecutorOptions& opt) {
-    if (model.arch().hybrid)
-        return make_error("the CPU executor runs the dense block; {} runs on the hybrid pass",
-                          model.arch().name);
+    if (model.arch().hybrid && (!model.hparams().hybrid || !model.hybrid_weights()))
+        return make_error("{}: hybrid architecture without its layer plan", model.path());
     if (opt.max_batch_tokens <= 0)
         return make_error("batch size must be positive, got {}", opt.max_batch_tokens);
     std::unique_ptr<CpuExecutor> e(new CpuExecutor(model, opt.max_batch_tokens));
     e->tap_ = opt.tap;
+    const ModelHParams& hp = model.hparams();
+    e->hybrid_ = model.arch().hybrid;
+    int n_kv = 0, n_rec = 0;
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        const bool attn = !e->hybrid_ || hp.hybrid->full_attention[static_cast<size_t>(il)] != 0;
+        e->kv_slot_.push_back(attn ? n_kv++ : -1);
+        e->rec_slot_.push_back(attn ? -1 : n_rec++);
+    }
+    e->n_states_.reserve(static_cast<size_t>(opt.max_batch_tokens));
+    if (e->hybrid_) {
+        try {
+            e->blocks_ = std::make_unique<HybridBlocks>(hp, opt.max_batch_tokens);
+        } catch (const std::bad_alloc&) {
+            return make_error("hybrid blocks: out of memory for the scratch of {} rows",
+                              opt.max_batch_tokens);
+        }
+    }
     e->runs_.reserve(static_cast<size_t>(opt.max_batch_tokens));
     e->attn_seqs_.reserve(static_cast<size_t>(opt.max_batch_tokens));
     PELICAN_TRY(e->alloc_scratch());
@@ -43,17 +59,27 @@ Expected<std::unique_ptr<SequenceMemory>> CpuExecutor::create_memory(const Memor
     const int64_t n_blocks = (kv_tokens + opt.block_tokens - 1) / opt.block_tokens;
     if (n_blocks > INT32_MAX) return make_error("sequence memory: {} KV blocks is too many", n_blocks);
     CpuMemoryShape s;
-    s.n_attn_layers = hp_.n_layer;
+    s.n_attn_layers = std::count_if(kv_slot_.begin(), kv_slot_.end(), [](int k) { return k >= 0; });
     s.kv_dim = hp_.kv_dim();
     s.n_blocks = static_cast<int32_t>(n_blocks);
     s.block_tokens = opt.block_tokens;
+    const bool recurrent = std::any_of(rec_slot_.begin(), rec_slot_.end(), [](int r) { return r >= 0; });
+    if (recurrent) {
+        if (opt.checkpoints < 1 || opt.checkpoints > 64)
+            return make_error("sequence memory: {} recurrent checkpoints (1 to 64)", opt.checkpoints);
+        const DeltaNetShape& ls = hp_.hybrid->linear;
+        s.n_rec_layers = std::count_if(rec_slot_.begin(), rec_slot_.end(), [](int r) { return r >= 0; });
+        s.conv_floats = int64_t{hp_.hybrid->conv_kernel - 1} * ls.conv_dim();
+        s.ssm_floats = ls.state_floats();
+        s.n_entries = opt.max_seqs * (opt.checkpoints + 1);
+    }
     PELICAN_ASSIGN(std::unique_ptr<CpuMemoryStorage> st, CpuMemoryStorage::create(s));
     SequenceMemoryOptions mo;
     mo.n_blocks = s.n_blocks;
     mo.block_tokens = opt.block_tokens;
     mo.max_seqs = opt.max_seqs;
     mo.max_seq_tokens = opt.max_seq_tokens;
-    mo.recurrent = false;
+    mo.recurrent = recurrent;
     mo.checkpoints = opt.checkpoints;
     return SequenceMemory::create(mo, std::move(st));
 }
@@ -121,9 +147,18 @@ Status CpuExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs&
     attn_seqs_.clear();
     for (const SeqRun& r : runs_)
         attn_seqs_.push_back(PagedSeq{r.row0, r.n, r.pos0, mem.block_table(r.seq).data()});
-    for (int il = 0; il < hp_.n_layer; ++il) layer(il, n, *kv, mem, pool);
+    n_states_.clear();
+    for (const SeqRun& r : runs_)
+        n_states_.push_back(static_cast<int32_t>(r.n <= mem.checkpoints() ? r.n : 1));
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        if (hybrid_)
+            hybrid_layer(il, n, *kv, mem, pool);
+        else
+            layer(il, n, *kv, mem, pool);
+    }
     head(b, out, pool);
-    for (const SeqRun& r : runs_) mem.commit(r.seq, r.pos0 + r.n);
+    for (size_t i = 0; i < runs_.size(); ++i)
+        mem.commit(runs_[i].seq, runs_[i].pos0 + runs_[i].n, n_states_[i]);
     return {};
 }
 
@@ -137,7 +172,8 @@ void CpuExecutor::head(const Batch& b, const StepOutputs& out, ThreadPool& pool)
         const int64_t r = b.out_rows[static_cast<size_t>(i)];
         if (r != i) std::memcpy(x_ + i * e, x_ + r * e, static_cast<size_t>(e) * sizeof(float));
     }
-    rms_norm(x_, w.output_norm, xn_, n_out, e, hp_.rms_eps, NormWeight::kPlain, &pool);
+    rms_norm(x_, w.output_norm, xn_, n_out, e, hp_.rms_eps,
+             hybrid_ ? NormWeight::kOnePlus : NormWeight::kPlain, &pool);
     tap("output_norm", -1, n_out, e, xn_);
     if (!out.hidden.empty()) std::copy(xn_, xn_ + n_out * e, out.hidden.data());
     if (out.logits.empty()) return;

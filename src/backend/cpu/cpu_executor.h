@@ -1,5 +1,7 @@
-// The CPU Executor (runtime/executor.h) of the shared dense block, for every Llama-family
-// architecture:
+// The CPU Executor (runtime/executor.h). It runs the layer kinds the model declares: the shared
+// dense block of every Llama-family architecture, and the hybrid Qwen3.5 stack's Gated DeltaNet and
+// gated-attention layers with their MoE (+ shared expert) or dense MLP (backend/cpu/hybrid_blocks.h;
+// zero-centred norms, recurrent state in the memory's rings). The dense block:
 //
 //   x = embd[tokens] * embd_scale
 //   per layer:  h = rms_norm(x) -> q, k, v (+bias) -> [q/k rms_norm per head] -> rope(q, k)
@@ -9,8 +11,10 @@
 //
 // A step's rows may come from many sequences at different positions: every matmul runs once over
 // all rows (the weights are read once per step, not once per sequence), attention reads each
-// sequence's own pages. Scratch is sized at create() for max_batch_tokens rows: step() never
-// allocates.
+// sequence's own pages. A DeltaNet layer runs its conv and delta rule per sequence: a step of at most
+// `checkpoints` tokens of a sequence goes token by token and leaves a state per token in the ring (so
+// a truncate within them is exact), a longer one uses the chunked form and leaves the last state.
+// Scratch is sized at create() for max_batch_tokens rows: step() never allocates.
 //
 // Intermediates have names; a tap callback (debugging, eval) sees each one as it is produced, over
 // all rows of the step: "embd" [n, n_embd]; per layer "attn_norm" [n, n_embd], "q" [n, q_dim] and
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_memory.h"
+#include "backend/cpu/hybrid_blocks.h"
 #include "core/buffer.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -40,8 +45,7 @@ struct CpuExecutorOptions {
 
 class CpuExecutor final : public Executor {
 public:
-    // Errors: a hybrid model (model/hybrid_forward.h runs those for now), bad sizes, allocation
-    // failures. The model must outlive the executor.
+    // Errors: bad sizes, allocation failures. The model must outlive the executor.
     static Expected<std::unique_ptr<CpuExecutor>> create(const Model& model, const CpuExecutorOptions& opt);
 
     Expected<std::unique_ptr<SequenceMemory>> create_memory(const MemoryOptions& opt) override;
@@ -55,6 +59,11 @@ private:
     CpuExecutor(const Model& m, int64_t max_tokens);
     Status alloc_scratch();
     void layer(int il, int64_t n, CpuMemoryStorage& kv, const SequenceMemory& mem, ThreadPool& pool);
+    void hybrid_layer(int il, int64_t n, CpuMemoryStorage& st, const SequenceMemory& mem, ThreadPool& pool);
+    // This step's K/V rows k_ / v_ into attention layer `slot`'s pages, then paged attention of q -> out.
+    void paged_attention(int slot, const float* q, float* out, CpuMemoryStorage& kv,
+                         const SequenceMemory& mem, ThreadPool& pool);
+    void deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemory& mem);
     void head(const Batch& b, const StepOutputs& out, ThreadPool& pool);
     void tap(std::string_view name, int layer, int64_t n, int64_t width, const float* data) const {
         if (tap_) tap_(TapInfo{name, layer, tap_pos0_, n, width, data});
@@ -65,7 +74,12 @@ private:
     int64_t max_tokens_;
     TapFn tap_;
     int64_t tap_pos0_ = 0;
-    std::vector<SeqRun> runs_;  // [<= max_tokens] this step's sequences (capacity reserved)
+    bool hybrid_ = false;
+    std::vector<int> kv_slot_;   // [n_layer] attention layer -> its KV pool, else -1
+    std::vector<int> rec_slot_;  // [n_layer] DeltaNet layer -> its recurrent state, else -1
+    std::unique_ptr<HybridBlocks> blocks_;
+    std::vector<SeqRun> runs_;       // [<= max_tokens] this step's sequences (capacity reserved)
+    std::vector<int32_t> n_states_;  // [<= max_tokens] state entries each run leaves (recurrent)
     std::vector<PagedSeq> attn_seqs_;
 
     // Scratch, all [max_tokens, width] fp32 unless noted (carved from one buffer).

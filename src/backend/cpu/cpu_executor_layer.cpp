@@ -38,6 +38,84 @@ void residual_add(ThreadPool& pool, float* x, float* y, float s, int64_t n_rows,
 
 }  // namespace
 
+void CpuExecutor::paged_attention(int slot, const float* q, float* out, CpuMemoryStorage& kv,
+                                  const SequenceMemory& mem, ThreadPool& pool) {
+    const int64_t kvd = hp_.kv_dim();
+    // This step's K/V rows into their sequences' pages (prepare_write made them writable).
+    const int32_t bt = mem.block_tokens();
+    const size_t row_bytes = static_cast<size_t>(kvd) * sizeof(float);
+    float* kp = kv.k(slot);
+    float* vp = kv.v(slot);
+    for (const SeqRun& r : runs_) {
+        const std::span<const int32_t> table = mem.block_table(r.seq);
+        for (int64_t i = 0; i < r.n; ++i) {
+            const int64_t p = r.pos0 + i;
+            const int64_t at = table[static_cast<size_t>(p / bt)] * kv.block_floats() + (p % bt) * kvd;
+            std::memcpy(kp + at, k_ + (r.row0 + i) * kvd, row_bytes);
+            std::memcpy(vp + at, v_ + (r.row0 + i) * kvd, row_bytes);
+        }
+    }
+    AttentionParams ap;
+    ap.n_head = static_cast<int>(hp_.n_head);
+    ap.n_kv_head = static_cast<int>(hp_.n_head_kv);
+    ap.head_dim = static_cast<int>(hp_.head_dim);
+    ap.scale = hp_.attn_scale;
+    ap.kv_type = DType::F32;
+    ap.window = hp_.sliding_window;
+    attention_paged(q, KvPoolView{kp, kv.block_floats()}, KvPoolView{vp, kv.block_floats()}, bt, attn_seqs_,
+                    ap, out, pool);
+}
+
+void CpuExecutor::deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemory& mem) {
+    const DeltaNetWeights& W = model_.hybrid_weights()->layers[static_cast<size_t>(il)].linear;
+    const int r = rec_slot_[static_cast<size_t>(il)];
+    const CpuMemoryShape& sh = st.shape();
+    const size_t entry_bytes = static_cast<size_t>(sh.conv_floats + sh.ssm_floats) * sizeof(float);
+    for (size_t i = 0; i < runs_.size(); ++i) {
+        const SeqRun& run = runs_[i];
+        const int32_t read = mem.state_read_entry(run.seq);
+        if (n_states_[i] == 1 && run.n > 1) {  // a prefill chunk: chunked form, the last state kept
+            const int32_t dst = mem.state_write_entry(run.seq, 0);
+            std::memcpy(st.conv(r, dst), st.conv(r, read), entry_bytes);
+            blocks_->deltanet_core(W, run.row0, run.n, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/true);
+            continue;
+        }
+        for (int64_t t = 0; t < run.n; ++t) {  // token by token, a state per token
+            const int32_t src = t == 0 ? read : mem.state_write_entry(run.seq, static_cast<int32_t>(t - 1));
+            const int32_t dst = mem.state_write_entry(run.seq, static_cast<int32_t>(t));
+            std::memcpy(st.conv(r, dst), st.conv(r, src), entry_bytes);
+            blocks_->deltanet_core(W, run.row0 + t, 1, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/false);
+        }
+    }
+}
+
+void CpuExecutor::hybrid_layer(int il, int64_t n, CpuMemoryStorage& st, const SequenceMemory& mem,
+                               ThreadPool& pool) {
+    const HybridLayerWeights& L = model_.hybrid_weights()->layers[static_cast<size_t>(il)];
+    const int64_t e = hp_.n_embd;
+    rms_norm(x_, L.attn_norm, xn_, n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
+    tap("attn_norm", il, n, e, xn_);
+    if (L.full_attention) {
+        blocks_->attention_project(L.attn, xn_, n, cos_, sin_, k_, v_, pool);
+        paged_attention(kv_slot_[static_cast<size_t>(il)], blocks_->q(), blocks_->attn(), st, mem, pool);
+        blocks_->attention_finish(L.attn, n, proj_, pool);
+    } else {
+        blocks_->deltanet_project(L.linear, xn_, n, pool);
+        deltanet_runs(il, st, mem);
+        blocks_->deltanet_finish(L.linear, n, proj_, pool);
+    }
+    tap("attn_out", il, n, e, proj_);
+    add(x_, proj_, x_, n * e);
+    rms_norm(x_, L.ffn_norm, xn_, n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
+    if (hp_.hybrid->moe)
+        blocks_->moe(L.moe, xn_, n, proj_, pool);
+    else
+        blocks_->mlp(L.mlp, xn_, n, proj_, pool);
+    tap("ffn_out", il, n, e, proj_);
+    add(x_, proj_, x_, n * e);
+    tap("l_out", il, n, e, x_);
+}
+
 void CpuExecutor::layer(int il, int64_t n, CpuMemoryStorage& kv, const SequenceMemory& mem,
                         ThreadPool& pool) {
     const LayerWeights& L = model_.weights().layers[static_cast<size_t>(il)];
@@ -72,30 +150,7 @@ void CpuExecutor::layer(int il, int64_t n, CpuMemoryStorage& kv, const SequenceM
     tap("k", il, n, kvd, k_);
     tap("v", il, n, kvd, v_);
 
-    // This step's K/V rows into their sequences' pages (prepare_write made them writable).
-    const int32_t bt = mem.block_tokens();
-    const size_t row_bytes = static_cast<size_t>(kvd) * sizeof(float);
-    float* kp = kv.k(il);
-    float* vp = kv.v(il);
-    for (const SeqRun& r : runs_) {
-        const std::span<const int32_t> table = mem.block_table(r.seq);
-        for (int64_t i = 0; i < r.n; ++i) {
-            const int64_t p = r.pos0 + i;
-            const int64_t at = table[static_cast<size_t>(p / bt)] * kv.block_floats() + (p % bt) * kvd;
-            std::memcpy(kp + at, k_ + (r.row0 + i) * kvd, row_bytes);
-            std::memcpy(vp + at, v_ + (r.row0 + i) * kvd, row_bytes);
-        }
-    }
-
-    AttentionParams ap;
-    ap.n_head = nh;
-    ap.n_kv_head = nkv;
-    ap.head_dim = hd;
-    ap.scale = hp_.attn_scale;
-    ap.kv_type = DType::F32;
-    ap.window = hp_.sliding_window;
-    attention_paged(q_, KvPoolView{kp, kv.block_floats()}, KvPoolView{vp, kv.block_floats()}, bt, attn_seqs_,
-                    ap, attn_, pool);
+    paged_attention(kv_slot_[static_cast<size_t>(il)], q_, attn_, kv, mem, pool);
     tap("attn", il, n, qd, attn_);
 
     matmul(L.wo, attn_, n, proj_, mm, pool);
