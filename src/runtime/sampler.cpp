@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <random>
+
+#include "core/philox.h"
 
 namespace pelican {
 
@@ -40,14 +43,13 @@ Sampler::Sampler(const SamplerParams& p) : params_(p), seed_(p.seed) {
         seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
         if (seed_ == kRandomSeed) seed_ = 0;
     }
-    rng_.seed(seed_);
     if (params_.penalty_last_n > 0) history_.reserve(static_cast<size_t>(params_.penalty_last_n));
 }
 
 void Sampler::reset() {
     history_.clear();
     history_head_ = 0;
-    rng_.seed(seed_);
+    counter_ = 0;
 }
 
 void Sampler::accept(int32_t token) {
@@ -61,7 +63,7 @@ void Sampler::accept(int32_t token) {
     history_head_ = (history_head_ + 1) % history_.size();
 }
 
-double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+float Sampler::draw_uniform() { return sample_uniform(seed_, counter_++); }
 
 void Sampler::apply_penalties(std::span<float> logits) {
     const float rp = params_.repetition_penalty;
@@ -84,6 +86,8 @@ void Sampler::apply_penalties(std::span<float> logits) {
 }
 
 int32_t Sampler::sample(std::span<float> logits) {
+    // Every call with temperature > 0 uses one draw, whatever it returns (the GPU's rows do too).
+    const float u_draw = params_.temperature > 0.0f ? draw_uniform() : 0.0f;
     const size_t n = logits.size();
     if (n == 0) return kNoToken;
     apply_penalties(logits);
@@ -198,7 +202,7 @@ int32_t Sampler::sample(std::span<float> logits) {
     // Draw from the softmax over the kept candidates.
     double total = 0;
     for (size_t j = 0; j < kept; ++j) total += cand_[j].w;
-    double u = uniform() * total;
+    double u = static_cast<double>(u_draw) * total;
     int32_t last_positive = cand_[0].id;
     for (size_t j = 0; j < kept; ++j) {
         const double w = cand_[j].w;

@@ -19,14 +19,16 @@
 // Ties in ordering break by lower token id, so the kept set is a well-defined prefix of the
 // order (logit desc, id asc). Non-finite logits (-inf masks, NaN) are never sampled.
 //
-// Reproducibility: the RNG is std::mt19937_64 (fully specified by the standard) and uniforms are
-// built from its raw bits, so a seed gives the same tokens on every platform and run.
+// Reproducibility: the draw of step 7 is u = sample_uniform(seed, counter) (core/philox.h,
+// Philox4x32-10, 24 bits), counter = the number of sample() calls with temperature > 0 since
+// create() or reset(); a seed gives the same tokens on every platform and run, and on the GPU
+// (backend/cuda/sampling_batch.h computes the same u from a row's seed and counter). Before issue 17
+// the stream was std::mt19937_64's, so a seed now picks other tokens than it did then.
 // Cost: no allocation per call after the first with a given vocabulary size; O(n_vocab) per call
 // plus a partial sort of the kept prefix.
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <span>
 #include <vector>
 
@@ -63,14 +65,17 @@ public:
     int32_t sample(std::span<float> logits);
     // Appends a token to the penalty history (prompt tokens and generated tokens alike).
     void accept(int32_t token);
-    // Forgets the history and restarts the RNG from seed().
+    // Forgets the history and restarts the draws from counter 0.
     void reset();
 
-    // For sampling done elsewhere (the GPU, cuda/sampling.h) with this sampler's state:
-    // the uniform in [0, 1) that the next sample() would draw (it advances the RNG exactly as one
-    // sample() call with temperature > 0 does; greedy calls draw nothing), and the penalty window
-    // (the last penalty_last_n accepted tokens, in no particular order; empty when off).
-    double draw_uniform() { return uniform(); }
+    // For sampling done elsewhere (the GPU, cuda/sampling.h and cuda/sampling_batch.h) with this
+    // sampler's state: counter() is the draw number the next sample() with temperature > 0 uses
+    // (sampling_batch.h takes seed() and counter() per row); draw_uniform() returns that draw's u in
+    // [0, 1) and advances the counter exactly as such a sample() does (greedy calls draw nothing);
+    // penalty_window() is the last penalty_last_n accepted tokens, in no particular order (empty
+    // when off).
+    uint64_t counter() const { return counter_; }
+    float draw_uniform();
     std::span<const int32_t> penalty_window() const { return history_; }
 
     const SamplerParams& params() const { return params_; }
@@ -79,7 +84,6 @@ public:
 private:
     explicit Sampler(const SamplerParams& p);
     void apply_penalties(std::span<float> logits);
-    double uniform();  // [0, 1) from 53 raw bits
 
     struct Cand {
         float logit;  // scaled by 1 / temperature
@@ -89,7 +93,7 @@ private:
 
     SamplerParams params_;
     uint64_t seed_ = 0;
-    std::mt19937_64 rng_;
+    uint64_t counter_ = 0;  // draws so far (the next draw's counter)
 
     // Penalty history: a ring of the last penalty_last_n tokens (or all, when -1).
     std::vector<int32_t> history_;

@@ -130,8 +130,7 @@ Expected<GenerateResult> Session::generate(std::span<const int32_t> prompt, cons
     const auto next_token = [&]() -> Expected<int32_t> {
         if (on_device) {
             float u = 0.0f;
-            if (ssp.temperature > 0.0f)
-                u = std::min(static_cast<float>(sampler.draw_uniform()), std::nextafter(1.0f, 0.0f));
+            if (ssp.temperature > 0.0f) u = sampler.draw_uniform();  // < 1, exact in fp32
             const std::span<const int32_t> window =
                 penalties ? sampler.penalty_window() : std::span<const int32_t>();
             if (pending == kNoToken) return fwd.sample_last(ssp, window, u);

@@ -1,13 +1,12 @@
 // GPU sampling (backend/cuda/sampling.h) against the real pelican::Sampler: the same logits,
 // penalty window and uniform draw must give the same token, and the same rewritten logits.
 //
-// The uniform: Sampler seeds std::mt19937_64 with its seed and draws u = (rng() >> 11) * 2^-53
-// once per non-greedy sample() (sampler.cpp), so a fresh Sampler's u is recomputed here and
-// passed to the GPU as float(u). Rounding u to float (and expf vs the host's exp, both within
-// a few ulp) can move the draw across a boundary between two neighbouring candidates when u
-// lies within ~1e-6 of it; such a mismatch is accepted only when a reference walk of the kept
-// list (reimplemented below from sampler.h's rules) shows that boundary next to u, and such
-// cases must stay rare.
+// The uniform: a fresh Sampler's first non-greedy sample() draws u = sample_uniform(seed, 0)
+// (core/philox.h, exact in fp32), recomputed here and passed to the GPU. expf on the device vs the
+// host's exp and the order of the weight sums can still move the draw across a boundary between
+// two neighbouring candidates when u lies within ~1e-6 of it; sampling_reference.h's
+// near_boundary accepts such a mismatch only when its reference walk shows that boundary next to
+// u, and such cases must stay rare.
 //
 // Small-problem mode (PELICAN_CUDA_TEST_SMALL=1, cuda_test_util.h; for compute-sanitizer): every
 // kernel and branch still runs (penalties, greedy scan + argmax, sampling scan / filter / select
@@ -28,8 +27,10 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/sampling.h"
+#include "core/philox.h"
 #include "cuda_test_util.h"
 #include "runtime/sampler.h"
+#include "sampling_reference.h"
 
 namespace pelican {
 namespace {
@@ -48,83 +49,13 @@ int draws(int full) { return test::cuda_test_small() ? std::min(full, 6) : full;
 // A vocabulary size: 20000 in the small-problem mode.
 int64_t vocab(int64_t full) { return test::cuda_test_size<int64_t>(full, 20000); }
 
-double sampler_uniform(uint64_t seed) {
-    std::mt19937_64 g(seed);
-    return static_cast<double>(g() >> 11) * 0x1.0p-53;
-}
+using test::normal_logits;
+using test::random_history;
+using test::same_bits;
+using Config = test::SamplingConfig;
 
-struct Config {
-    float temperature, top_p, min_p;
-    int top_k;
-    float rep = 1.0f, freq = 0.0f, pres = 0.0f;
-};
-std::string describe(const Config& c) {
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "T %g top_k %d top_p %g min_p %g rep %g freq %g pres %g", c.temperature,
-                  c.top_k, c.top_p, c.min_p, c.rep, c.freq, c.pres);
-    return buf;
-}
-
-// Draw order and cumulative weights of the kept set, from logits already penalised and scaled
-// (as Sampler::sample leaves them), following sampler.h.
-struct RefDraw {
-    std::vector<int32_t> ids;
-    std::vector<double> cum;  // inclusive cumulative weight
-};
-RefDraw reference_draw(const std::vector<float>& l, const Config& c) {
-    const int64_t n = static_cast<int64_t>(l.size());
-    std::vector<int32_t> cand;
-    float m = -INFINITY;
-    for (int64_t i = 0; i < n; ++i)
-        if (std::isfinite(l[i])) {
-            cand.push_back(static_cast<int32_t>(i));
-            m = std::max(m, l[i]);
-        }
-    const auto before = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-    std::sort(cand.begin(), cand.end(), before);
-    const bool limited = c.top_k > 0 && c.top_k < n;
-    if (limited && static_cast<int64_t>(cand.size()) > c.top_k) cand.resize(static_cast<size_t>(c.top_k));
-    std::vector<float> w(cand.size());
-    double z = 0;
-    for (size_t j = 0; j < cand.size(); ++j) z += w[j] = std::exp(l[cand[j]] - m);
-    size_t kept = cand.size();
-    if (c.min_p > 0) {
-        size_t k2 = 0;
-        while (k2 < kept && w[k2] >= c.min_p) ++k2;
-        kept = k2;
-    }
-    if (c.top_p < 1) {
-        double cum = 0;
-        for (size_t j = 0; j < kept; ++j) {
-            cum += w[j] / z;
-            if (cum >= c.top_p) {
-                kept = j + 1;
-                break;
-            }
-        }
-    }
-    cand.resize(kept);
-    std::vector<float> wk(w.begin(), w.begin() + static_cast<ptrdiff_t>(kept));
-    if (!limited && c.top_p >= 1) {  // sampler.cpp draws in id order then
-        std::vector<size_t> idx(kept);
-        for (size_t j = 0; j < kept; ++j) idx[j] = j;
-        std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return cand[a] < cand[b]; });
-        std::vector<int32_t> c2;
-        std::vector<float> w2;
-        for (size_t j : idx) {
-            c2.push_back(cand[j]);
-            w2.push_back(wk[j]);
-        }
-        cand = c2;
-        wk = w2;
-    }
-    RefDraw r{cand, {}};
-    double s = 0;
-    for (float x : wk) r.cum.push_back(s += x);
-    return r;
-}
-
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b)); }
+// The u of a fresh Sampler's first non-greedy sample().
+float sampler_uniform(uint64_t seed) { return sample_uniform(seed, 0); }
 
 // Runs the GPU and the CPU sampler on the same inputs for many seeds.
 class GpuSampler {
@@ -205,7 +136,7 @@ int32_t cpu_sample(const std::vector<float>& logits, const Config& c, const std:
 // Compares GPU and CPU over n_draws seeds; returns the number of accepted near-boundary mismatches.
 void compare(GpuSampler& g, const std::vector<float>& logits, const Config& c,
              const std::vector<int32_t>& history, int n_draws, uint32_t seed0) {
-    SCOPED_TRACE(describe(c) + " n_vocab " + std::to_string(logits.size()) + " history " +
+    SCOPED_TRACE(test::describe(c) + " n_vocab " + std::to_string(logits.size()) + " history " +
                  std::to_string(history.size()));
     g.set_logits(logits);
     g.set_history(history);
@@ -214,8 +145,8 @@ void compare(GpuSampler& g, const std::vector<float>& logits, const Config& c,
         const uint64_t seed = uint64_t{seed0} * 1000003u + static_cast<uint64_t>(d);
         std::vector<float> cpu_l, gpu_l;
         const int32_t want = cpu_sample(logits, c, history, seed, &cpu_l);
-        const double u = sampler_uniform(seed);
-        const int32_t got = g.sample(c, static_cast<float>(u), d < 3 ? &gpu_l : nullptr);
+        const float u = sampler_uniform(seed);
+        const int32_t got = g.sample(c, u, d < 3 ? &gpu_l : nullptr);
         if (d < 3) {  // penalties and temperature are the same fp32 operations: bit-exact
             int bad = 0;
             for (size_t i = 0; i < cpu_l.size(); ++i)
@@ -229,54 +160,15 @@ void compare(GpuSampler& g, const std::vector<float>& logits, const Config& c,
             ++hard;
             continue;
         }
-        const RefDraw r = reference_draw(cpu_l, c);
-        const auto pos = [&](int32_t id) {
-            return std::find(r.ids.begin(), r.ids.end(), id) - r.ids.begin();
-        };
-        const ptrdiff_t pg = pos(got), pc = pos(want);
-        const double total = r.cum.empty() ? 0 : r.cum.back();
-        bool ok = false;
-        double gap = -1;
-        if (pg < static_cast<ptrdiff_t>(r.ids.size()) && pc < static_cast<ptrdiff_t>(r.ids.size())) {
-            const ptrdiff_t lo = std::min(pg, pc);
-            gap = std::fabs(r.cum[static_cast<size_t>(lo)] - u * total) / total;
-            ok = std::abs(pg - pc) == 1 && gap <= 1e-6;
-        }
-        if (ok) {
+        std::string why;
+        if (test::near_boundary(cpu_l, c, u, got, want, &why)) {
             ++near;
-        } else {
-            ++hard;
-            if (hard <= 5)
-                ADD_FAILURE() << "seed " << seed << " u " << u << ": gpu token " << got << " (kept position "
-                              << pg << ") cpu token " << want << " (position " << pc << "), kept "
-                              << r.ids.size() << ", |boundary - u| / total " << gap;
+        } else if (++hard <= 5) {
+            ADD_FAILURE() << "seed " << seed << " " << why;
         }
     }
     EXPECT_EQ(hard, 0);
     EXPECT_LE(near, std::max(2, n_draws / 50)) << "too many near-boundary disagreements";
-}
-
-std::vector<float> normal_logits(std::mt19937& rng, int64_t n, float sigma, bool specials) {
-    std::normal_distribution<float> d(0.0f, sigma);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = d(rng);
-    if (specials) {
-        std::uniform_int_distribution<int64_t> pick(0, n - 1);
-        for (int i = 0; i < n / 100; ++i) v[pick(rng)] = -INFINITY;
-        for (int i = 0; i < 20; ++i) v[pick(rng)] = NAN;
-        for (int i = 0; i < 5; ++i) v[pick(rng)] = INFINITY;  // not finite: never sampled (sampler.h)
-    }
-    return v;
-}
-
-std::vector<int32_t> random_history(std::mt19937& rng, int64_t n_vocab, int len) {
-    std::vector<int32_t> h;
-    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(n_vocab - 1));
-    for (int i = 0; i < len; ++i)
-        h.push_back(i % 4 == 3 && !h.empty() ? h[h.size() / 2] : pick(rng));  // repeats
-    h.push_back(-5);  // ignored: outside the vocabulary
-    h.push_back(static_cast<int32_t>(n_vocab + 10));
-    return h;
 }
 
 TEST(CudaSampling, ExactParams) {

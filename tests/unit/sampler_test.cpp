@@ -1,5 +1,6 @@
-// Sampler: greedy/argmax, reproducibility, empirical distribution (chi-square), exact kept sets of
-// top-k / top-p / min-p on hand-built logits, penalties, parameter validation.
+// Sampler: greedy/argmax, reproducibility, the draw stream (core/philox.h), empirical distribution
+// (chi-square), exact kept sets of top-k / top-p / min-p on hand-built logits, penalties, parameter
+// validation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <set>
 #include <vector>
 
+#include "core/philox.h"
 #include "runtime/sampler.h"
 
 namespace pelican {
@@ -179,6 +181,34 @@ TEST(Sampler, SeedReproducible) {
     p.seed = r.seed();
     Sampler r2 = make(p);
     EXPECT_EQ(run(r), run(r2));
+}
+
+// The draws are sample_uniform(seed, counter) with counter = sample() calls with temperature > 0
+// (the contract the GPU batch sampler relies on): on equal logits over 2^k ids without top_k/top_p
+// (the id-order walk), the token is floor(u * 2^k) exactly.
+TEST(Sampler, DrawsThePhiloxStream) {
+    SamplerParams p = plain(1.0f, 0xfeedface12345678ull);
+    Sampler s = make(p);
+    const std::vector<float> flat(1024, 0.25f);
+    for (uint64_t c = 0; c < 300; ++c) {
+        ASSERT_EQ(s.counter(), c);
+        std::vector<float> l = flat;
+        const int32_t want = static_cast<int32_t>(sample_uniform(p.seed, c) * 1024.0f);
+        ASSERT_EQ(s.sample(l), want) << "counter " << c;
+    }
+    std::vector<float> none{-INFINITY, NAN};
+    EXPECT_EQ(s.sample(none), kNoToken);
+    EXPECT_EQ(s.counter(), 301u) << "a sample() that finds no token still uses its draw";
+    EXPECT_EQ(s.draw_uniform(), sample_uniform(p.seed, 301));
+    EXPECT_EQ(s.counter(), 302u);
+    s.reset();
+    EXPECT_EQ(s.counter(), 0u);
+    EXPECT_EQ(s.draw_uniform(), sample_uniform(p.seed, 0));
+
+    Sampler g = make(plain(0.0f, 9));  // greedy draws nothing
+    std::vector<float> l{1, 2, 3};
+    g.sample(l);
+    EXPECT_EQ(g.counter(), 0u);
 }
 
 TEST(Sampler, FrequenciesMatchSoftmax) {
