@@ -1,7 +1,9 @@
-// Token sampling on the GPU: the logits never leave the device; only the chosen id (4 bytes) is
-// read by the host. Same pipeline and tie rules as runtime/sampler.h (penalties, temperature,
-// top_k, top_p, min_p, draw), with the uniform draw u in [0, 1) supplied by the host's RNG so a
-// seed reproduces CPU sampling up to fp32 rounding. Host-includable, fmt-free. Graph-capturable.
+// Token sampling on the GPU, one row: the logits never leave the device; only the chosen id (4
+// bytes) is read by the host. Same pipeline and tie rules as runtime/sampler.h (penalties,
+// temperature, top_k, top_p, min_p, draw), with the uniform draw u in [0, 1) supplied by the host
+// (Sampler::draw_uniform) so a seed reproduces CPU sampling up to fp32 rounding. The one-row case
+// of sampling_batch.h (implemented there; the batched call draws u on the device from a row's seed
+// and counter instead). Host-includable, fmt-free. Graph-capturable.
 #pragma once
 
 #include <cstddef>
