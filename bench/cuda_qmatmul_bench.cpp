@@ -12,8 +12,12 @@
 //   * a step estimate for the 8B model: 32 x (QKV + O + gate_up + down) of the layer type plus the
 //     128256 x 4096 LM head in Q6_K, for each layer type measured (when Q6_K is measured too).
 //
+//   * --sweep: also every tile configuration of the kernel (qmatmul_force_config) per shape and n_tok,
+//     graph us each (3 replays) and the fastest, for settling the built-in table.
+//
 //   cuda_qmatmul_bench [--quick] [--types q4_0,q4_k,q6_k,q8_0] [--tok 16,32,64,128,256] [--no-prefill]
-// --quick: 3 replays per figure instead of 10.
+//                      [--cfg N] [--split N] [--sweep]
+// --quick: 3 replays per figure instead of 10. --cfg / --split: force a configuration / split-K factor.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -202,7 +206,8 @@ std::vector<int> parse_ints(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool quick = false, prefill = true;
+    bool quick = false, prefill = true, sweep = false;
+    int user_cfg = -1;
     std::vector<DType> types = {DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::Q8_0};
     std::vector<int> toks = {16, 32, 64, 128, 256};
     for (int i = 1; i < argc; ++i) {
@@ -210,6 +215,13 @@ int main(int argc, char** argv) {
             quick = true;
         } else if (!std::strcmp(argv[i], "--no-prefill")) {
             prefill = false;
+        } else if (!std::strcmp(argv[i], "--sweep")) {
+            sweep = true;
+        } else if (!std::strcmp(argv[i], "--cfg") && i + 1 < argc) {
+            user_cfg = std::atoi(argv[++i]);
+            cuda::qmatmul_force_config(user_cfg);
+        } else if (!std::strcmp(argv[i], "--split") && i + 1 < argc) {
+            cuda::qmatmul_force_split(std::atoi(argv[++i]));
         } else if (!std::strcmp(argv[i], "--tok") && i + 1 < argc) {
             toks = parse_ints(argv[++i]);
         } else if (!std::strcmp(argv[i], "--types") && i + 1 < argc) {
@@ -225,7 +237,7 @@ int main(int argc, char** argv) {
             std::fprintf(
                 stderr,
                 "usage: cuda_qmatmul_bench [--quick] [--types q4_0,q4_k,q6_k,q8_0] [--tok 16,32,...] "
-                "[--no-prefill]\n");
+                "[--no-prefill] [--cfg N] [--split N] [--sweep]\n");
             return 2;
         }
     }
@@ -277,6 +289,27 @@ int main(int argc, char** argv) {
                             prefill ? tpre / tg : 0.0, diff);
                 std::fflush(stdout);
                 res[{t, si, n_tok}] = {tg, tpre};
+                if (sweep) {
+                    std::string line = "  sweep";
+                    double best = 1e30;
+                    int best_c = -1;
+                    for (int c = 0; c < cuda::qmatmul_config_count(); ++c) {
+                        cuda::qmatmul_force_config(c);
+                        const cuda::QmatmulPlan pc = cuda::qmatmul_plan(b.matrix(), n_tok);
+                        const double us = b.time_qmm(n_tok, ws.get(), wsb, 3).first;
+                        char buf[80];
+                        std::snprintf(buf, sizeof buf, " c%d(%dx%d s%d)=%.1f", c, pc.rows_per_cta,
+                                      pc.tokens_per_cta, pc.split, us);
+                        line += buf;
+                        if (us < best) {
+                            best = us;
+                            best_c = c;
+                        }
+                    }
+                    cuda::qmatmul_force_config(user_cfg);
+                    std::printf("%s  best c%d %.1f us\n", line.c_str(), best_c, best);
+                    std::fflush(stdout);
+                }
             }
         }
     }

@@ -18,7 +18,7 @@
 //
 // Small-problem mode (PELICAN_CUDA_TEST_SMALL=1, cuda_test_util.h; for compute-sanitizer): every type,
 // tile configuration (n_tok 1 .. 16, 33, 65) and the split paths still run, with the token lists cut to
-// 1 / 9 / 33 / 65 and the long-K case at n_out 40.
+// 1 / 9 / 33 / 65, every configuration at n_tok 9 only, and the long-K case at n_out 40.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -132,14 +132,18 @@ void check_case(Rng& rng, const Mat& m, int n_tok, int x_pad, int y_pad) {
     const std::vector<float> y = run_qmatmul(m, x, x_stride, n_tok, y_stride, n_tok);
     const cuda::QmatmulPlan pl = cuda::qmatmul_plan(m.gm, n_tok);
     const double worst = check_y(m, x, x_stride, n_tok, y, y_stride);
-    std::printf("  %-5s %6lld x %-6lld n_tok %4d  tile %3dx%-3d split %2d ctas %5d  worst err/tol %.4f\n",
-                std::string(dtype_name(m.type)).c_str(), static_cast<long long>(m.n_out),
-                static_cast<long long>(m.n_in), n_tok, pl.rows_per_cta, pl.tokens_per_cta, pl.split, pl.ctas,
-                worst);
+    std::printf(
+        "  %-5s %6lld x %-6lld n_tok %4d  cfg %d tile %3dx%-3d split %2d ctas %5d  worst err/tol %.4f\n",
+        std::string(dtype_name(m.type)).c_str(), static_cast<long long>(m.n_out),
+        static_cast<long long>(m.n_in), n_tok, pl.config, pl.rows_per_cta, pl.tokens_per_cta, pl.split,
+        pl.ctas, worst);
 }
 
 struct SplitReset {
-    ~SplitReset() { cuda::qmatmul_force_split(0); }
+    ~SplitReset() {
+        cuda::qmatmul_force_split(0);
+        cuda::qmatmul_force_config(-1);
+    }
 };
 
 TEST(CudaQmatmul, SupportedTypesAndShapes) {
@@ -216,6 +220,28 @@ TEST(CudaQmatmul, SplitFactorsAndDeterminism) {
                 const std::vector<float> y2 = run_qmatmul(m, x, m.n_in, n_tok, m.n_out, n_tok);
                 EXPECT_EQ(std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)), 0)
                     << "not deterministic";
+            }
+        }
+    }
+}
+
+// Every tile configuration (the built-in ones and the A/B candidates) on every type, with one, several
+// and a partial token tile, a partial row tile, and split-K on and off.
+TEST(CudaQmatmul, EveryConfiguration) {
+    if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
+    SplitReset reset;
+    Rng rng;
+    for (DType t : kTypes) {
+        Mat m(rng, t, 512, 300, false);
+        for (int c = 0; c < cuda::qmatmul_config_count(); ++c) {
+            cuda::qmatmul_force_config(c);
+            for (int split : {1, 3}) {
+                cuda::qmatmul_force_split(split);
+                for (int n_tok :
+                     test::cuda_test_small() ? std::vector<int>{9} : std::vector<int>{3, 40, 150}) {
+                    ASSERT_EQ(cuda::qmatmul_plan(m.gm, n_tok).config, c);
+                    check_case(rng, m, n_tok, 1, 1);
+                }
             }
         }
     }

@@ -18,7 +18,8 @@ namespace {
 using qmm::Config;
 using qmm::kConfigTable;
 
-int g_force_split = 0;  // qmatmul_force_split
+int g_force_split = 0;    // qmatmul_force_split
+int g_force_config = -1;  // qmatmul_force_config
 
 [[noreturn]] void fail(const char* what) {
     std::fprintf(stderr, "pelican: cuda::qmatmul: %s\n", what);
@@ -85,7 +86,7 @@ int choose_split(int base, int n_kt, int target) {
 
 Plan make_plan(const GpuMatrix& w, int n_tok) {
     Plan pl;
-    pl.cfg = pick_config(n_tok);
+    pl.cfg = g_force_config >= 0 ? g_force_config : pick_config(n_tok);
     const Config& c = kConfigTable[pl.cfg];
     pl.mt = qmm::cfg_rows(c);
     pl.nt = qmm::cfg_tokens(c);
@@ -170,6 +171,7 @@ QmatmulPlan qmatmul_plan(const GpuMatrix& w, int n_tok) {
     QmatmulPlan r;
     if (!qmatmul_supported(w) || n_tok <= 0) return r;
     const Plan pl = make_plan(w, n_tok);
+    r.config = pl.cfg;
     r.rows_per_cta = pl.mt;
     r.tokens_per_cta = pl.nt;
     r.split = pl.split;
@@ -179,6 +181,12 @@ QmatmulPlan qmatmul_plan(const GpuMatrix& w, int n_tok) {
 }
 
 void qmatmul_force_split(int split) { g_force_split = split > 0 ? split : 0; }
+
+int qmatmul_config_count() { return qmm::kConfigs; }
+
+void qmatmul_force_config(int config) {
+    g_force_config = config >= 0 && config < qmm::kConfigs ? config : -1;
+}
 
 void qmatmul(const GpuMatrix& w, const float* x, int64_t x_stride, int n_tok, float* y, int64_t y_stride,
              void* workspace, size_t workspace_bytes, cudaStream_t stream) {

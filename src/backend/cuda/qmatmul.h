@@ -60,6 +60,7 @@ void qmatmul(const GpuMatrix& w, const float* x, int64_t x_stride, int n_tok, fl
 
 // The launch qmatmul makes for this matrix and token count (for benchmarks and tests).
 struct QmatmulPlan {
+    int config = -1;         // tile configuration (index into the kernel's table)
     int rows_per_cta = 0;    // output rows of a CTA tile
     int tokens_per_cta = 0;  // tokens of a CTA tile
     int split = 0;           // k ranges (CTAs per output tile)
@@ -67,6 +68,12 @@ struct QmatmulPlan {
     size_t workspace = 0;    // bytes of workspace the call needs
 };
 QmatmulPlan qmatmul_plan(const GpuMatrix& w, int n_tok);
+
+// Tests and benchmarks only (not thread-safe): the number of tile configurations, and forcing one
+// (config outside [0, count): the built-in choice by n_tok again). Every configuration is correct for
+// every shape; they differ in speed.
+int qmatmul_config_count();
+void qmatmul_force_config(int config);
 
 // Tests and benchmarks only: force the split-K factor (clamped to 1 .. min(16, n_in / 128) and the
 // workspace's partial-sum capacity); 0 restores the built-in choice. Not thread-safe.

@@ -1,8 +1,8 @@
 // Private to qmatmul*.cu: the parameters, tile configurations, per-type weight decoders and the kernel
 // template of qmatmul (qmatmul.h). CUDA only.
 //
-// Shapes. A CTA computes MT = 32 WM output rows x NT = WN WTOK tokens over a range of k tiles of
-// kKT = 128. Warp (wm, wn) owns rows 32 wm .. 32 wm + 31 (two m16 tiles) x tokens WTOK wn .. + WTOK
+// Shapes. A CTA computes MT = 16 MI WM output rows x NT = WN WTOK tokens over a range of k tiles of
+// kKT = 128. Warp (wm, wn) owns rows 16 MI wm .. + 16 MI (MI m16 tiles) x tokens WTOK wn .. + WTOK
 // (WTOK / 8 n8 tiles). mma.sync m16n8k16 (f16 x f16 -> f32): A = 16 weight rows x 16 k, dequantized in
 // registers; B = 16 k x 8 tokens, from shared memory; C = 16 rows x 8 tokens in registers.
 //
@@ -47,6 +47,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -66,17 +67,35 @@ inline constexpr int kMaxTileElems = 256 * 64;  // MT x NT of every configuratio
 inline constexpr int kMaxTokTile = 128;         // largest NT (the x workspace pads tokens to a multiple)
 
 // WM warps along rows, WN along tokens, WTOK tokens per warp (a multiple of 16).
+// MI m16 tiles per warp (warp rows 16 MI).
 struct Config {
-    int wm, wn, wtok;
+    int wm, wn, wtok, mi;
 };
-inline constexpr int kConfigs = 4;
-inline constexpr Config kConfigTable[kConfigs] = {{8, 1, 16}, {8, 1, 32}, {8, 1, 64}, {4, 2, 64}};
-constexpr int cfg_rows(const Config& c) { return 32 * c.wm; }
+// 0 .. 3: the built-in choice by n_tok (pick_config in qmatmul.cu); the others are A/B candidates
+// reachable through qmatmul_force_config until measurements settle the table.
+inline constexpr int kConfigs = 9;
+inline constexpr Config kConfigTable[kConfigs] = {
+    {8, 1, 16, 2},  // 0: 256 x 16
+    {8, 1, 32, 2},  // 1: 256 x 32
+    {8, 1, 64, 2},  // 2: 256 x 64
+    {4, 2, 64, 2},  // 3: 128 x 128
+    {4, 1, 64, 2},  // 4: 128 x 64, 128 threads
+    {2, 4, 32, 4},  // 5: 128 x 128, warp tiles of 64 rows x 32 tokens (half the B-fragment loads)
+    {4, 2, 32, 4},  // 6: 256 x 64, warp tiles of 64 x 32
+    {4, 1, 32, 2},  // 7: 128 x 32, 128 threads
+    {4, 1, 16, 4},  // 8: 256 x 16, 128 threads, warp tiles of 64 x 16
+};
+constexpr int cfg_rows(const Config& c) { return 16 * c.mi * c.wm; }
 constexpr int cfg_tokens(const Config& c) { return c.wn * c.wtok; }
 constexpr int cfg_threads(const Config& c) { return 32 * c.wm * c.wn; }
-// Register budget: configurations with 64 tokens per warp (64 accumulators per thread) get one CTA
-// per SM's worth of registers, the others two.
-constexpr int cfg_min_blocks(const Config& c) { return c.wtok >= 64 ? 1 : 2; }
+// CTAs per SM the registers are budgeted for (__launch_bounds__): 64 or more fp32 accumulators per
+// thread, or 4 m16 tiles of weight rows held per lane, get 65536 registers per 256 threads, the
+// others half of that.
+constexpr int cfg_min_blocks(const Config& c) {
+    const int per256 = c.mi * c.wtok / 2 >= 64 || c.mi >= 4 ? 1 : 2;
+    const int b = per256 * 256 / cfg_threads(c);
+    return b < 1 ? 1 : b;
+}
 
 // Shared-memory bytes per weight row per stage (see the header comment); 0 for unsupported types.
 constexpr int row_bytes(DType t) {
@@ -97,8 +116,15 @@ constexpr size_t stage_bytes(int rb, const Config& c) {
     return static_cast<size_t>(cfg_rows(c)) * rb + static_cast<size_t>(cfg_tokens(c)) * 256;
 }
 constexpr size_t smem_bytes(int rb, const Config& c) { return kStages * stage_bytes(rb, c); }
-static_assert(smem_bytes(row_bytes(DType::Q8_0), kConfigTable[2]) <= 227 * 1024, "shared memory");
-static_assert(smem_bytes(row_bytes(DType::Q8_0), kConfigTable[3]) <= 227 * 1024, "shared memory");
+constexpr bool configs_fit() {
+    for (const Config& c : kConfigTable)
+        if (smem_bytes(row_bytes(DType::Q8_0), c) > 227 * 1024 || cfg_rows(c) * cfg_tokens(c) > 256 * 64 ||
+            cfg_tokens(c) > 128 || c.wtok % 16 != 0)
+            return false;
+    return true;
+}
+static_assert(configs_fit(),
+              "a configuration exceeds the shared memory, the partial-sum slice or 128 tokens");
 
 struct Params {
     const uint8_t* w = nullptr;  // GpuMatrix::data
@@ -404,9 +430,10 @@ struct TQ6_K {
 
 // ---- the kernel --------------------------------------------------------------------------------------
 
-template <class T, int WM, int WN, int WTOK>
-__global__ void __launch_bounds__(32 * WM * WN, (WTOK >= 64 ? 1 : 2)) qmm_kernel(const Params p) {
-    constexpr int MT = 32 * WM, NT = WN * WTOK, NTHR = 32 * WM * WN;
+template <class T, int WM, int WN, int WTOK, int MI>
+__global__ void __launch_bounds__(32 * WM * WN, cfg_min_blocks(Config{WM, WN, WTOK, MI}))
+    qmm_kernel(const Params p) {
+    constexpr int MT = 16 * MI * WM, WR = 16 * MI, NT = WN * WTOK, NTHR = 32 * WM * WN;
     constexpr int NPL = NT / 16, WPL = WTOK / 16, NTW = WTOK / 8;
     constexpr int WB = MT * T::kRowBytes, SB = WB + NT * 256;
     static_assert(WTOK % 16 == 0 && WB % 16 == 0, "tile shapes");
@@ -435,8 +462,13 @@ __global__ void __launch_bounds__(32 * WM * WN, (WTOK >= 64 ? 1 : 2)) qmm_kernel
         }
     };
 
-    // Q6_K: the fp32 d of this lane's rows (m tile mi, half hh: local row 32 wm + 16 mi + 8 hh + g).
-    float dcur[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, dnext[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    // Q6_K: the fp32 d of this lane's rows (m tile mi, half hh: local row WR wm + 16 mi + 8 hh + g).
+    float dcur[MI][2], dnext[MI][2];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+        dcur[mi][0] = dcur[mi][1] = 0.0f;
+        dnext[mi][0] = dnext[mi][1] = 0.0f;
+    }
 
     // Prologue: weights of the first stages (no earlier kernel writes them), then the PDL wait, then x.
 #pragma unroll
@@ -444,10 +476,10 @@ __global__ void __launch_bounds__(32 * WM * WN, (WTOK >= 64 ? 1 : 2)) qmm_kernel
         if (st < n_k) T::template issue<MT, NTHR>(p, sbase + st * SB, row0, kt0 + st, pol);
     if constexpr (T::kGlobalD) {
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
+        for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh)
-                dcur[mi][hh] = T::load_d(p, row0 + 32 * wm + 16 * mi + 8 * hh + g, kt0);
+                dcur[mi][hh] = T::load_d(p, row0 + WR * wm + 16 * mi + 8 * hh + g, kt0);
     }
     pdl_wait();
 #pragma unroll
@@ -456,9 +488,9 @@ __global__ void __launch_bounds__(32 * WM * WN, (WTOK >= 64 ? 1 : 2)) qmm_kernel
         cp_commit();  // one group per stage (empty ones too: uniform counting)
     }
 
-    float acc[2][NTW][4];
+    float acc[MI][NTW][4];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int n = 0; n < NTW; ++n)
 #pragma unroll
@@ -479,32 +511,32 @@ __global__ void __launch_bounds__(32 * WM * WN, (WTOK >= 64 ? 1 : 2)) qmm_kernel
         const int kt = kt0 + i;
         if constexpr (T::kGlobalD) {
 #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
+            for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh)
-                    dnext[mi][hh] = i + 1 < n_k ? T::load_d(p, row0 + 32 * wm + 16 * mi + 8 * hh + g, kt + 1)
+                    dnext[mi][hh] = i + 1 < n_k ? T::load_d(p, row0 + WR * wm + 16 * mi + 8 * hh + g, kt + 1)
                                                 : dcur[mi][hh];
         }
         const uint8_t* ws = smem + (i % kStages) * SB;
         const uint8_t* xs = ws + WB;
-        typename T::Row ra[2], rb[2];
+        typename T::Row ra[MI], rb[MI];
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-            const int lr = 32 * wm + 16 * mi + g;
+        for (int mi = 0; mi < MI; ++mi) {
+            const int lr = WR * wm + 16 * mi + g;
             ra[mi] = T::template load<MT>(ws, lr, t, kt, dcur[mi][0]);
             rb[mi] = T::template load<MT>(ws, lr + 8, t, kt, dcur[mi][1]);
         }
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
-            uint32_t a[2][4];
+            uint32_t a[MI][4];
 #pragma unroll
-            for (int mi = 0; mi < 2; ++mi) T::frag(ra[mi], rb[mi], s, a[mi]);
+            for (int mi = 0; mi < MI; ++mi) T::frag(ra[mi], rb[mi], s, a[mi]);
 #pragma unroll
             for (int j = 0; j < WPL; ++j) {
                 const uint4 b =
                     *reinterpret_cast<const uint4*>(xs + ((s * NPL + wn * WPL + j) * 32 + lane) * 16);
 #pragma unroll
-                for (int mi = 0; mi < 2; ++mi) {
+                for (int mi = 0; mi < MI; ++mi) {
                     mma16816(acc[mi][2 * j], a[mi], b.x, b.y);
                     mma16816(acc[mi][2 * j + 1], a[mi], b.z, b.w);
                 }
@@ -512,7 +544,7 @@ __global__ void __launch_bounds__(32 * WM * WN, (WTOK >= 64 ? 1 : 2)) qmm_kernel
         }
         if constexpr (T::kGlobalD) {
 #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
+            for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) dcur[mi][hh] = dnext[mi][hh];
         }
@@ -525,14 +557,14 @@ __global__ void __launch_bounds__(32 * WM * WN, (WTOK >= 64 ? 1 : 2)) qmm_kernel
     auto store = [&](int mi, int n, const float(&v)[4]) {
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-            const int row = row0 + 32 * wm + 16 * mi + g + (c >= 2 ? 8 : 0);
+            const int row = row0 + WR * wm + 16 * mi + g + (c >= 2 ? 8 : 0);
             const int tok = tok_w + 8 * n + 2 * t + (c & 1);
             if (row < p.n_out && tok < p.n_tok) p.y[static_cast<int64_t>(tok) * p.y_stride + row] = v[c];
         }
     };
     if (p.split == 1) {
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
+        for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
             for (int n = 0; n < NTW; ++n) store(mi, n, acc[mi][n]);
         return;
@@ -541,7 +573,7 @@ __global__ void __launch_bounds__(32 * WM * WN, (WTOK >= 64 ? 1 : 2)) qmm_kernel
     float4* slices = reinterpret_cast<float4*>(p.part + static_cast<int64_t>(tile) * p.split * (MT * NT));
     constexpr int kSlice4 = MT * NT / 4;  // float4 per slice
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int n = 0; n < NTW; ++n)
             slices[static_cast<int64_t>(split) * kSlice4 + (mi * NTW + n) * NTHR + tid] =
@@ -553,7 +585,7 @@ __global__ void __launch_bounds__(32 * WM * WN, (WTOK >= 64 ? 1 : 2)) qmm_kernel
     if (s_last == 0) return;  // uniform over the CTA
     __threadfence();
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int n = 0; n < NTW; ++n) {
             float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -579,7 +611,7 @@ template <class T, int CFG>
 void launch_cfg(const Params& p, dim3 grid, cudaStream_t stream) {
     constexpr Config c = kConfigTable[CFG];
     constexpr size_t smem = smem_bytes(T::kRowBytes, c);
-    auto* kernel = qmm_kernel<T, c.wm, c.wn, c.wtok>;
+    auto* kernel = qmm_kernel<T, c.wm, c.wn, c.wtok, c.mi>;
     static unsigned configured = 0;  // bit per device id
     int dev = 0;
     PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
@@ -591,22 +623,14 @@ void launch_cfg(const Params& p, dim3 grid, cudaStream_t stream) {
     launch_pdl(kernel, grid, dim3(cfg_threads(c)), smem, stream, p);
 }
 
+template <class T, int... I>
+void launch_any(const Params& p, int cfg, dim3 grid, cudaStream_t stream, std::integer_sequence<int, I...>) {
+    ((cfg == I ? launch_cfg<T, I>(p, grid, stream) : void()), ...);
+}
+
 template <class T>
 void launch_type(const Params& p, int cfg, dim3 grid, cudaStream_t stream) {
-    switch (cfg) {
-        case 0:
-            launch_cfg<T, 0>(p, grid, stream);
-            break;
-        case 1:
-            launch_cfg<T, 1>(p, grid, stream);
-            break;
-        case 2:
-            launch_cfg<T, 2>(p, grid, stream);
-            break;
-        default:
-            launch_cfg<T, 3>(p, grid, stream);
-            break;
-    }
+    launch_any<T>(p, cfg, grid, stream, std::make_integer_sequence<int, kConfigs>{});
 }
 
 }  // namespace pelican::cuda::qmm
