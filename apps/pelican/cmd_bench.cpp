@@ -1,6 +1,8 @@
 // pelican bench -m MODEL [-p 512] [-n 128] [-r 3] [-t THREADS] [-d DEPTH[,DEPTH...]] [--roofline-gbps X |
 // --no-roofline]
 //   [--device auto|cpu|cuda] [--json]
+// pelican bench -m MODEL --batch 1,8,32,128 [-p 128] [-n 128] [-b 512] [--kv-memory GIB]
+//   B sequences decoded together through the scheduler (runtime/batch_bench.h), as llama-batched-bench.
 // pelican bench --synthetic ARCH --config JSON --vocab VOCAB [--type q4_0] [--weights-seed S] ...
 //   benchmarks a synthetic model (convert/synthetic.h) written into memory, not to disk: for shapes
 //   larger than the disk (Qwen3.5-122B-A10B in Q4_0 is ~70 GB; it needs that much free RAM).
@@ -27,6 +29,7 @@
 #include "core/mmap_file.h"
 #include "core/proc_memory.h"
 #include "pelican/engine.h"
+#include "runtime/batch_bench.h"
 #include "runtime/bench.h"
 
 namespace pelican::cli {
@@ -38,6 +41,9 @@ struct BenchArgs {
     bool json = false;
     std::string depths = "0";  // -d: one or more decode depths
     std::string device = "auto";
+    std::string batches;       // --batch: B values; set = the many-sequence bench
+    double kv_memory_gib = 0;  // --kv-memory
+    int gemv_rows = -1;        // --gemv-rows
     // --synthetic: a model generated into memory.
     std::string synthetic, config, vocab, type = "q4_0";
     uint64_t weights_seed = 0;
@@ -110,6 +116,25 @@ int run(const BenchArgs& a) {
     // The model's context, before any timed run.
     if (Status c = check_bench_params(deepest, (*engine)->n_ctx_train()); !c.ok())
         return report_error(c.error());
+    if (!a.batches.empty()) {
+        auto batches = parse_batches(a.batches);
+        if (!batches) return report_error(batches.error());
+        BatchBenchParams bp;
+        bp.batches = *batches;
+        bp.n_prompt = a.params.n_prompt;
+        bp.n_gen = a.params.n_gen;
+        bp.n_batch = a.params.n_batch;
+        bp.n_threads = a.params.n_threads;
+        bp.seed = a.params.seed;
+        bp.kv_memory_gib = a.kv_memory_gib;
+        bp.max_gemv_rows = a.gemv_rows;
+        auto r = run_batch_bench(**engine, bp);
+        if (!r) return report_error(r.error());
+        const std::string out = a.json ? batch_bench_json(*r) : batch_bench_table(*r);
+        std::fputs(out.c_str(), stdout);
+        std::fflush(stdout);
+        return 0;
+    }
     for (int64_t depth : *depths) {
         BenchParams p = a.params;
         p.depth = depth;
@@ -157,6 +182,16 @@ void setup(CLI::App& app) {
                     "Where to run: auto (CUDA when available and supported), cpu or cuda")
         ->capture_default_str();
     sub->add_flag("--json", a->json, "Print one JSON object instead of the table");
+    sub->add_option("--batch", a->batches,
+                    "Many sequences decoded together through the scheduler, as llama-batched-bench -npl: a "
+                    "comma-separated list of batch sizes (--batch 1,8,32,128 with -p 128 -n 128); -b is the "
+                    "most rows per step");
+    sub->add_option("--kv-memory", a->kv_memory_gib,
+                    "--batch: KV pool size in GiB (default: room for every sequence's prompt and output)");
+    sub->add_option("--gemv-rows", a->gemv_rows,
+                    "--batch, CUDA: steps of at most this many rows take the fused GEMVs, larger ones the "
+                    "tensor-core matmul (-1: the executor's default)")
+        ->capture_default_str();
     sub->add_option(
         "--synthetic", a->synthetic,
         "Benchmark a synthetic model of this architecture generated into memory (no file; "

@@ -48,6 +48,10 @@ Status split_batch(const Batch& b, const SequenceMemory& mem, int64_t n_vocab, i
     if (!out.logits.empty() && static_cast<int64_t>(out.logits.size()) != n_out * n_vocab)
         return make_error("step: logits output holds {} floats, expected {} rows x {} vocab",
                           out.logits.size(), n_out, n_vocab);
+    if (static_cast<int64_t>(out.sample.size()) != (out.sample.empty() ? 0 : n_out) ||
+        out.tokens.size() != out.sample.size())
+        return make_error("step: {} sampling rows and {} token slots for {} out rows", out.sample.size(),
+                          out.tokens.size(), n_out);
     if (!out.hidden.empty() && static_cast<int64_t>(out.hidden.size()) != n_out * n_embd)
         return make_error("step: hidden output holds {} floats, expected {} rows x {}", out.hidden.size(),
                           n_out, n_embd);

@@ -15,6 +15,7 @@
 
 #include "core/status.h"
 #include "kv/sequence_memory.h"
+#include "model/forward_pass.h"
 
 namespace pelican {
 
@@ -26,10 +27,26 @@ struct Batch {
     size_t size() const { return token.size(); }
 };
 
+// Sampling of one out row on the executor's device (Executor::samples_on_device): the parameters,
+// the penalty window (ids outside the vocabulary are ignored) and the row's place in its sequence's
+// random stream (core/philox.h: u = sample_uniform(seed, counter)), all from the request's host
+// Sampler (seed(), counter(), penalty_window()), so a seed gives the host's tokens. The caller
+// advances its Sampler's counter for every row with temperature > 0 (Sampler::draw_uniform).
+struct RowSample {
+    StepSampling params;
+    std::span<const int32_t> window;
+    uint64_t seed = 0;
+    uint64_t counter = 0;
+};
+
 // Where a step's results go (host memory; empty spans: not wanted).
 struct StepOutputs {
     std::span<float> logits;  // [out_rows, n_vocab] fp32
     std::span<float> hidden;  // [out_rows, n_embd] fp32: final-normed hidden state (MTP input)
+    // Sampled on the device when set: sample [out_rows] -> tokens [out_rows]; logits reach the host
+    // only if `logits` is given too.
+    std::span<const RowSample> sample;
+    std::span<int32_t> tokens;
 };
 
 // One sequence's rows of a batch: rows row0 .. row0 + n - 1 at positions pos0 .. pos0 + n - 1.

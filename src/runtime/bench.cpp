@@ -91,28 +91,6 @@ void tally_hybrid(const Model& model, Tally& t) {
     }
 }
 
-// Ids the benchmark may feed: normal and byte tokens below the model's vocabulary, minus BOS/EOS
-// and end-of-generation ids. Every id when there is no tokenizer.
-std::vector<int32_t> plain_token_ids(const Engine& engine) {
-    const int32_t n_vocab = engine.n_vocab();
-    const Tokenizer* tok = engine.tokenizer();
-    std::vector<int32_t> ids;
-    for (int32_t id = 0; id < n_vocab; ++id) {
-        if (tok != nullptr) {
-            const TokenizerSpec& s = tok->spec();
-            if (id >= tok->n_vocab() || id == s.bos_id || id == s.eos_id || id == s.unk_id || id == s.pad_id)
-                continue;
-            const TokenType t = static_cast<size_t>(id) < s.types.size() ? s.types[static_cast<size_t>(id)]
-                                                                         : TokenType::Normal;
-            if (t != TokenType::Normal && t != TokenType::Byte) continue;
-        }
-        const auto& eog = engine.end_of_generation_ids();
-        if (std::binary_search(eog.begin(), eog.end(), id)) continue;
-        ids.push_back(id);
-    }
-    return ids;
-}
-
 std::string human_bytes(double b) {
     if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
     if (b >= 1024.0 * 1024) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024));
@@ -141,6 +119,28 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 }  // namespace
+
+// Ids the benchmark may feed: normal and byte tokens below the model's vocabulary, minus BOS/EOS
+// and end-of-generation ids. Every id when there is no tokenizer.
+std::vector<int32_t> plain_token_ids(const Engine& engine) {
+    const int32_t n_vocab = engine.n_vocab();
+    const Tokenizer* tok = engine.tokenizer();
+    std::vector<int32_t> ids;
+    for (int32_t id = 0; id < n_vocab; ++id) {
+        if (tok != nullptr) {
+            const TokenizerSpec& s = tok->spec();
+            if (id >= tok->n_vocab() || id == s.bos_id || id == s.eos_id || id == s.unk_id || id == s.pad_id)
+                continue;
+            const TokenType t = static_cast<size_t>(id) < s.types.size() ? s.types[static_cast<size_t>(id)]
+                                                                         : TokenType::Normal;
+            if (t != TokenType::Normal && t != TokenType::Byte) continue;
+        }
+        const auto& eog = engine.end_of_generation_ids();
+        if (std::binary_search(eog.begin(), eog.end(), id)) continue;
+        ids.push_back(id);
+    }
+    return ids;
+}
 
 ModelBytes model_bytes(const Model& model) {
     const ModelHParams& hp = model.hparams();

@@ -121,6 +121,10 @@ struct BenchResult {
 
 Expected<BenchResult> run_bench(const Engine& engine, const BenchParams& p);
 
+// Ids a benchmark may feed: normal and byte tokens below the model's vocabulary, minus BOS/EOS and
+// end-of-generation ids (every id when there is no tokenizer).
+std::vector<int32_t> plain_token_ids(const Engine& engine);
+
 // The -d argument: one depth or a comma-separated list ("0,4096,32768": one bench per depth on the
 // same loaded model, as llama-bench's -d). Errors name the bad entry.
 Expected<std::vector<int64_t>> parse_depths(const std::string& s);

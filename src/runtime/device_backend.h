@@ -20,10 +20,20 @@
 #include "core/status.h"
 #include "model/device_model.h"
 #include "model/forward.h"
+#include "runtime/executor.h"
 
 namespace pelican {
 
 class Model;
+
+// Bounds a device executor is made for (its scratch and staging are sized by them).
+struct ExecutorOptions {
+    int64_t max_batch_tokens = 512;  // most rows per step
+    int32_t max_seqs = 256;          // most sequences of one memory
+    int64_t max_seq_tokens = 4096;   // most positions of one sequence
+    int max_gemv_rows =
+        -1;  // tuning: steps of at most this many rows take the GEMVs (-1: the backend's default)
+};
 
 class DeviceBackend {
 public:
@@ -38,6 +48,10 @@ public:
     virtual Expected<std::shared_ptr<const DeviceModel>> upload(const Model& model) = 0;
     virtual Expected<std::unique_ptr<ForwardPass>> create_forward(const std::shared_ptr<const DeviceModel>& w,
                                                                   const ForwardOptions& opt) = 0;
+    // The many-sequence executor (runtime/executor.h) on these weights. Errors: a model the
+    // executor does not run yet, bad sizes, out of device memory.
+    virtual Expected<std::unique_ptr<Executor>> create_executor(const std::shared_ptr<const DeviceModel>& w,
+                                                                const ExecutorOptions& opt) = 0;
     // The device's copy bandwidth in GB/s (read + write bytes of a device-to-device copy of `bytes`,
     // median of `passes`); <= 0 when it cannot be measured.
     virtual double copy_bandwidth_gbps(size_t bytes, int passes) = 0;

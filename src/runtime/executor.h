@@ -42,6 +42,11 @@ public:
     // step reserved stay reserved). The pool is for CPU work (a device executor may ignore it).
     virtual Status step(const Batch& batch, SequenceMemory& mem, const StepOutputs& out,
                         ThreadPool& pool) = 0;
+    // True when step() samples rows with these parameters exactly as the host Sampler would
+    // (StepOutputs::sample); otherwise the caller samples from host logits.
+    virtual bool samples_on_device(const StepSampling& p) const { return false; }
+    // Waits for the work queued on the executor's device (a CPU step has finished when it returns).
+    virtual Status synchronize() { return {}; }
     // Most rows one step takes.
     virtual int64_t max_batch_tokens() const = 0;
     virtual const Model& model() const = 0;

@@ -78,4 +78,18 @@ Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Engine& engine,
     return create_forward_pass(engine.model(), opt, d, engine.gpu_model());
 }
 
+Expected<std::unique_ptr<Executor>> create_executor(const Engine& engine, const ExecutorOptions& opt) {
+    if (opt.max_batch_tokens <= 0 || opt.max_seqs <= 0 || opt.max_seq_tokens <= 0)
+        return make_error("executor: {} rows per step, {} sequences of {} tokens", opt.max_batch_tokens,
+                          opt.max_seqs, opt.max_seq_tokens);
+    if (engine.device() == Device::kCuda) {
+        PELICAN_ASSIGN(DeviceBackend * b, cuda_backend());
+        if (!engine.gpu_model()) return make_error("CUDA executor: the model's weights are not on the GPU");
+        return b->create_executor(engine.gpu_model(), opt);
+    }
+    PELICAN_ASSIGN(std::unique_ptr<cpu::CpuExecutor> e,
+                   cpu::CpuExecutor::create(engine.model(), {.max_batch_tokens = opt.max_batch_tokens}));
+    return std::unique_ptr<Executor>(std::move(e));
+}
+
 }  // namespace pelican

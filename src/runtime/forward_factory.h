@@ -46,4 +46,9 @@ Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Model& model, c
 Expected<std::unique_ptr<ForwardPass>> create_forward_pass(const Engine& engine, const ForwardOptions& opt,
                                                            Device session_device = Device::kAuto);
 
+// The many-sequence executor of an engine's model on the engine's device (the CPU executor, or the
+// device backend's on its uploaded weights). Errors: bad sizes, a model the device executor does not
+// run yet, out of memory.
+Expected<std::unique_ptr<Executor>> create_executor(const Engine& engine, const ExecutorOptions& opt);
+
 }  // namespace pelican

@@ -127,6 +127,8 @@ Status CpuExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs&
     auto* kv = dynamic_cast<CpuMemoryStorage*>(&mem.storage());
     if (!kv) return make_error("step: this sequence memory was not made by the CPU executor");
     PELICAN_TRY(split_batch(b, mem, hp_.n_vocab, hp_.n_embd, max_tokens_, out, runs_));
+    if (!out.sample.empty())
+        return make_error("step: the CPU executor does not sample; sample its logits with the host Sampler");
     for (const SeqRun& r : runs_) PELICAN_TRY(mem.prepare_write(r.seq, r.pos0, r.n));
 
     const ModelWeights& w = model_.weights();

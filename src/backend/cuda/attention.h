@@ -44,6 +44,11 @@ struct RopeStoreArgs {
     float norm_eps = 1e-6f;
     bool norm_one_plus = false;
     const int32_t* pos0_dev = nullptr;  // device int: position of token 0
+    // Paged memory (the executors): when set, token t is at position row_pos[t] (device [n_tok];
+    // pos0_dev is then unused) and its K/V rows go to cache row row_slot[t] (device [n_tok]: the
+    // pool row block * block_tokens + p % block_tokens) instead of row pos.
+    const int32_t* row_pos = nullptr;
+    const int32_t* row_slot = nullptr;
     KvView kv;
     // Optional [n_pos][n_rot] table from rope_table_build (same inv_freq, n_rot, mscale): the
     // kernel reads (cos, sin) of pair i at rope_table[pos * n_rot + 2i] instead of calling sincosf

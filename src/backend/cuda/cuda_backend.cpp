@@ -1,6 +1,7 @@
 // libpelican_cuda.so's entry point: the CUDA backend behind runtime/device_backend.h.
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cuda_executor.h"
 #include "backend/cuda/cuda_forward.h"
 #include "backend/cuda/cuda_hybrid_forward.h"
 #include "backend/cuda/device_info.h"
@@ -49,6 +50,19 @@ public:
         }
         PELICAN_ASSIGN(std::unique_ptr<CudaForward> f, CudaForward::create(gm, opt));
         return std::unique_ptr<ForwardPass>(std::move(f));
+    }
+
+    Expected<std::unique_ptr<Executor>> create_executor(const std::shared_ptr<const DeviceModel>& w,
+                                                        const ExecutorOptions& opt) override {
+        auto gm = std::dynamic_pointer_cast<const GpuModel>(w);
+        if (!gm) return make_error("CUDA executor: the weights were uploaded by another backend");
+        CudaExecutorOptions o;
+        o.max_batch_tokens = opt.max_batch_tokens;
+        o.max_seqs = opt.max_seqs;
+        o.max_seq_tokens = opt.max_seq_tokens;
+        o.max_gemv_rows = opt.max_gemv_rows;
+        PELICAN_ASSIGN(std::unique_ptr<CudaExecutor> e, CudaExecutor::create(std::move(gm), o));
+        return std::unique_ptr<Executor>(std::move(e));
     }
 
     double copy_bandwidth_gbps(size_t bytes, int passes) override {

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gpu_upload.h"
 #include "backend/cuda/host_staging.h"
+#include "backend/cuda/layer_args.h"
 #include "core/format_bytes.h"
 #include "model/model.h"
 
@@ -410,31 +411,18 @@ Expected<int32_t> CudaForward::decode_sample(int32_t token, int64_t pos, const G
 }  // namespace pelican::cuda
 
 namespace pelican::cuda {
-namespace {
 
-GpuSampleParams gpu_params(const StepSampling& p) {
-    GpuSampleParams g;
-    g.temperature = p.temperature;
-    g.top_k = p.top_k;
-    g.top_p = p.top_p;
-    g.min_p = p.min_p;
-    g.repetition_penalty = p.repetition_penalty;
-    g.presence_penalty = p.presence_penalty;
-    g.frequency_penalty = p.frequency_penalty;
-    return g;
+bool CudaForward::samples_on_device(const StepSampling& p) const {
+    return gpu_sampling_exact(gpu_sample_params(p));
 }
 
-}  // namespace
-
-bool CudaForward::samples_on_device(const StepSampling& p) const { return gpu_sampling_exact(gpu_params(p)); }
-
 Expected<int32_t> CudaForward::sample_last(const StepSampling& p, std::span<const int32_t> window, float u) {
-    return sample_last(gpu_params(p), window, u);
+    return sample_last(gpu_sample_params(p), window, u);
 }
 
 Expected<int32_t> CudaForward::decode_sample(int32_t token, int64_t pos, const StepSampling& p,
                                              std::span<const int32_t> window, float u) {
-    return decode_sample(token, pos, gpu_params(p), window, u);
+    return decode_sample(token, pos, gpu_sample_params(p), window, u);
 }
 
 }  // namespace pelican::cuda

@@ -43,6 +43,18 @@ AttnArgs decode_attn_args(const ModelHParams& hp, const float* q, int64_t q_stri
     return at;
 }
 
+GpuSampleParams gpu_sample_params(const StepSampling& p) {
+    GpuSampleParams g;
+    g.temperature = p.temperature;
+    g.top_k = p.top_k;
+    g.top_p = p.top_p;
+    g.min_p = p.min_p;
+    g.repetition_penalty = p.repetition_penalty;
+    g.presence_penalty = p.presence_penalty;
+    g.frequency_penalty = p.frequency_penalty;
+    return g;
+}
+
 void prefill_parts(PrefillMatmul& mm, const std::vector<GpuPart>& parts, const float* x, int64_t n, float* y,
                    int64_t width, float* tmp, cudaStream_t stream) {
     if (parts.size() == 1 && parts[0].row0 == 0 && parts[0].m.n_out == width) {

@@ -11,6 +11,8 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/gpu_model.h"
 #include "backend/cuda/prefill_matmul.h"
+#include "backend/cuda/sampling.h"
+#include "model/forward_pass.h"
 #include "model/hparams.h"
 
 namespace pelican::cuda {
@@ -22,6 +24,9 @@ RopeStoreArgs rope_store_args(const ModelHParams& hp, const GpuModel& gm, const 
 // q rows [n_tok] q_stride floats apart, attention over kv rows 0 .. *pos + n_tok - 1, out [n_tok, q_dim].
 AttnArgs decode_attn_args(const ModelHParams& hp, const float* q, int64_t q_stride, int n_tok,
                           const int32_t* pos, const KvView& kv, float* out);
+
+// The GPU sampler's parameters for a pass's StepSampling (the same fields).
+GpuSampleParams gpu_sample_params(const StepSampling& p);
 
 // y [n, width] = x W^T over stacked parts (GEMMs through mm; a single part covering every column
 // writes y directly, otherwise each part goes through tmp [n, part rows] into its columns of y).

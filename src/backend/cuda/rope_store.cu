@@ -5,7 +5,8 @@
 // then for i < n_rot / 2: angle = float(pos) * inv_freq[i] (fp32 product, as HF), cos/sin with
 // the accurate sincosf (this file must not be built with --use_fast_math), times mscale, and
 // (a, b) <- (a cos - b sin, a sin + b cos). q goes back in place; k and v rows are converted to
-// the cache type (f16: round to nearest even) at position *pos0_dev + t.
+// the cache type (f16: round to nearest even) at position *pos0_dev + t (or, for paged memory,
+// at position row_pos[t] into cache row row_slot[t]).
 // With a rope table (rope_table_build: the same fp32 angle, sincosf and mscale product, done once
 // per position) the kernel reads (cos, sin) instead: bit-identical, and no slow-path sincosf for
 // large angles on the decode path.
@@ -44,20 +45,22 @@ __global__ void __launch_bounds__(kWarps * 32) rope_store_kernel(const RopeStore
     const int64_t q_dim = static_cast<int64_t>(a.n_head) * hd,
                   kv_dim = static_cast<int64_t>(a.n_kv_head) * hd;
     float* row = a.qkv + t * (a.row_stride > 0 ? a.row_stride : q_dim + 2 * kv_dim);
-    const int64_t pos = static_cast<int64_t>(*a.pos0_dev) + t;
+    const int64_t pos =
+        a.row_pos ? static_cast<int64_t>(a.row_pos[t]) : static_cast<int64_t>(*a.pos0_dev) + t;
+    const int64_t at = a.row_slot ? static_cast<int64_t>(a.row_slot[t]) : pos;  // cache row
     const bool f16 = a.kv.type == DType::F16;
 
     if (hh >= a.n_head + a.n_kv_head) {  // v head: copy into the cache
         const int kvh = hh - a.n_head - a.n_kv_head;
         const float* src = row + q_dim + kv_dim + static_cast<int64_t>(kvh) * hd;
-        const size_t off = (static_cast<size_t>(pos) * a.n_kv_head + kvh) * hd;
+        const size_t off = (static_cast<size_t>(at) * a.n_kv_head + kvh) * hd;
         for (int d = lane; d < hd; d += 32) store_cache(a.kv.v, f16, off + d, src[d]);
         return;
     }
     const bool is_q = hh < a.n_head;
     const int head = is_q ? hh : hh - a.n_head;
     float* src = row + (is_q ? 0 : q_dim) + static_cast<int64_t>(head) * hd;
-    const size_t off = (static_cast<size_t>(pos) * a.n_kv_head + head) * hd;  // k only
+    const size_t off = (static_cast<size_t>(at) * a.n_kv_head + head) * hd;  // k only
     float* b = buf + warp * hd;
     const float* w = is_q ? a.q_norm : a.k_norm;
     float ss = 0.0f;
@@ -134,8 +137,9 @@ void rope_table_build(const float* inv_freq, int n_rot, int64_t n_pos, float msc
 
 void rope_store_kv(const RopeStoreArgs& a, cudaStream_t stream) {
     if (a.n_tok < 1) return;
-    if (a.head_dim <= 0 || a.n_rot < 0 || a.n_rot % 2 != 0 || a.n_rot > a.head_dim || !a.pos0_dev ||
-        (a.n_rot > 0 && !a.inv_freq) || (a.kv.type != DType::F16 && a.kv.type != DType::F32)) {
+    if (a.head_dim <= 0 || a.n_rot < 0 || a.n_rot % 2 != 0 || a.n_rot > a.head_dim ||
+        (!a.pos0_dev && !a.row_pos) || (a.n_rot > 0 && !a.inv_freq) ||
+        (a.kv.type != DType::F16 && a.kv.type != DType::F32)) {
         std::fprintf(stderr, "pelican: rope_store_kv: bad arguments (head_dim %d, n_rot %d)\n", a.head_dim,
                      a.n_rot);
         std::abort();
