@@ -27,7 +27,10 @@
 //     (row_pos[first] >= 0). Uniform tiles are computed by tensor cores (q and p rounded to f16 once
 //     each, fp32 accumulation, as attention_prefill) with K/V tiles shared by the tile's rows; the
 //     rows kernel skips them. Decided on the device from row_pos / row_table, so a captured graph
-//     serves any mix.
+//     serves any mix. A prefill chunk's rows go to the tile kernel only in the tiles it fills alone
+//     (the batch's last tile, cut short by n_rows, counts with >= kPagedTileMinRows rows): a chunk
+//     starting at a row offset that is a multiple of kPagedTileRows loses at most its last partial
+//     tile to the rows kernel.
 //
 // Graph capture: the grids depend only on n_rows, max_kv, the shapes and the device, never on
 // device data, so a launch captured once (per n_rows bucket and max_kv) serves any row_pos /
