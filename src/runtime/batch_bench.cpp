@@ -34,6 +34,7 @@ Expected<double> bytes_per_position(Executor& exec, int32_t bt) {
 
 struct Phase {
     double pp_s = 0, tg_s = 0;
+    int64_t pp_tokens = 0;  // prompt rows fed while decode was paused
     int64_t tg_tokens = 0;
 };
 
@@ -57,12 +58,17 @@ Expected<Phase> run_one(Executor& exec, SequenceMemory& mem, int32_t B, int64_t 
     s.set_decode_paused(true);
     PELICAN_TRY(exec.synchronize());
     const auto t0 = Clock::now();
+    // Until every prompt is done, or no prompt can go on with decode paused (a pool too small for
+    // the batch: the prompts that are done hold their blocks until decode frees them).
     while (s.n_decoding() < B && !s.idle()) {
         ev.clear();
+        const int64_t rows = s.stats().rows;
         PELICAN_TRY(s.step(ev, pool));
+        if (s.stats().rows == rows && s.stats().preemptions > 0) break;
     }
     PELICAN_TRY(exec.synchronize());
     ph.pp_s = since(t0);
+    ph.pp_tokens = s.stats().rows;
     s.set_decode_paused(false);
     const auto t1 = Clock::now();
     while (!s.idle()) {
@@ -150,11 +156,10 @@ Expected<BatchBenchResult> run_batch_bench(const Engine& engine, const BatchBenc
         r.batch = B;
         r.pp_s = ph.pp_s;
         r.tg_s = ph.tg_s;
-        r.pp_tps = static_cast<double>(B) * static_cast<double>(p.n_prompt) / ph.pp_s;
+        r.pp_tps = static_cast<double>(ph.pp_tokens) / ph.pp_s;
         r.tg_tps = static_cast<double>(ph.tg_tokens) / ph.tg_s;
         r.total_tps =
-            (static_cast<double>(B) * static_cast<double>(p.n_prompt) + static_cast<double>(ph.tg_tokens)) /
-            (ph.pp_s + ph.tg_s);
+            static_cast<double>(B) * static_cast<double>(p.n_prompt + p.n_gen) / (ph.pp_s + ph.tg_s);
         r.kv_capacity_tokens = mem->capacity_tokens();
         r.kv_bytes = static_cast<double>(mem->storage().bytes());
         r.preemptions = st.preemptions;

@@ -9,6 +9,10 @@
 //   decode: then N steps of B rows (one per sequence, each at its own position, every step sampling B
 //     tokens on the device when the executor can): tg = B * N / t_tg;
 //   total = (B * P + B * N) / (t_pp + t_tg) (llama-batched-bench's S).
+// With a pool too small for the batch (--kv-memory), prefill ends when no prompt can go on (those
+// done hold their blocks while decode is paused): pp then counts the prompt rows fed, the rest of the
+// prompts (and any recomputation after preemption) run inside the decode phase, and tg counts the
+// tokens generated there.
 // One untimed warm-up (the smallest B, N = 4) runs first. The KV pool holds B * (P + N + 1) positions
 // unless --kv-memory gives its size; its capacity in tokens and bytes is reported, and a pool too
 // small for the batch shows up as preemptions (evict and recompute), which are counted.

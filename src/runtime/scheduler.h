@@ -84,7 +84,9 @@ public:
     Status step(std::vector<TokenEvent>& events, ThreadPool& pool);
 
     // While paused, steps feed only prompts (and recomputation); requests whose prompt is done wait
-    // with their first token. `pelican bench --batch` uses it to time prefill and decode apart.
+    // with their first token, holding their blocks: with a pool too small for every prompt, steps
+    // then make no progress (stats().rows stays) until decode resumes. `pelican bench --batch` uses
+    // it to time prefill and decode apart.
     void set_decode_paused(bool paused) { decode_paused_ = paused; }
     // Requests that have their first token (their prompt is done) and are still running.
     int64_t n_decoding() const;
