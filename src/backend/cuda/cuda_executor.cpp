@@ -268,9 +268,12 @@ Status CudaExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs
         max_kv = std::min(bucket, mem.max_seq_tokens());
     }
     const int64_t table_stride = (max_kv + bt - 1) / bt;
+    fused_head_ = n_out == n && n_out <= gemv_rows_ && out.hidden.empty();
+    for (int64_t i = 0; fused_head_ && i < n_out; ++i) fused_head_ = b.out_rows[static_cast<size_t>(i)] == i;
     stage(b, mem, table_stride);
     if (graphed)
-        launch_graphed(GraphKey{st->kv(0).k, st->shape().n_blocks, n, n_out, max_kv, bt}, *st, table_stride);
+        launch_graphed(GraphKey{st->kv(0).k, st->shape().n_blocks, n, n_out, max_kv, bt, fused_head_}, *st,
+                       table_stride);
     else
         forward(n, n_out, *st, table_stride, max_kv);
     const int64_t V = hp_.n_vocab, E = hp_.n_embd;

@@ -128,6 +128,7 @@ private:
         int32_t n_blocks;
         int64_t n, n_out, max_kv;
         int32_t block_tokens;
+        bool fused_head;
         bool operator==(const GraphKey&) const = default;
     };
     static constexpr size_t kMaxGraphs = 64;
@@ -146,7 +147,10 @@ private:
     float* logits_ = nullptr;  // [T, n_vocab]
     void* attn_ws_ = nullptr;
     size_t attn_ws_bytes_ = 0;
-    int64_t max_seq_rows_ = 1;     // most rows of one sequence in the current step
+    int64_t max_seq_rows_ = 1;  // most rows of one sequence in the current step
+    // The current step's out rows are rows 0 .. n-1, take the GEMV and no hidden rows are wanted: the
+    // final norm is the LM-head GEMV's prologue (no gather, no separate norm).
+    bool fused_head_ = false;
     float* rope_table_ = nullptr;  // [max_seq_tokens, rope_dim]
     // Device inputs of a step (one copy from pinned memory): ids, pos, slot, row_table [T] int32,
     // out_rows [T], tables [T, max_blocks_] (only the rows the step needs are copied).

@@ -179,10 +179,22 @@ void CudaExecutor::layer_gemm(int il, int64_t n, const KvView& kv, int64_t table
     add_scaled(x_, proj_, hp_.residual_scale, x_, n * E, stream_);
 }
 
-// logits [n_out, V] = logit_scale * W_out rms_norm(x[out_rows]); the normed rows stay in xn_.
+// logits [n_out, V] = logit_scale * W_out rms_norm(x[out_rows]); the normed rows stay in xn_ (not
+// with the fused head: then the norm is the GEMV's prologue and xn_ is not written).
 void CudaExecutor::head(int64_t n_out) {
     if (n_out == 0) return;
     const int64_t E = hp_.n_embd, V = hp_.n_vocab;
+    if (fused_head_) {
+        GemvArgs h;
+        h.x = x_;
+        h.n_tok = static_cast<int>(n_out);
+        h.norm_w = gm_->output_norm();
+        h.norm_eps = hp_.rms_eps;
+        h.scale = hp_.logit_scale;
+        h.y = logits_;
+        gemv(gm_->output(), h, stream_);
+        return;
+    }
     moe_gather_rows(x_, E, 1, out_rows_, nullptr, n_out, proj_, stream_);
     rms_norm(proj_, gm_->output_norm(), xn_, n_out, E, hp_.rms_eps, false, stream_);
     if (n_out <= gemv_rows_) {
