@@ -6,7 +6,8 @@
 #   tools/gpu/batch_check.sh           # on the GPU machine, from the repository root
 #
 # Environment (defaults): OUT=./gpu-out  TYPES="q4_0 bf16"  BATCHES=1,8,32,128  NPP=128  NTG=128
-#   TESTS: ctest regex of the GPU tests to run (default: the executor, paged attention, sampling, rope, forward ones)
+#   TESTS: ctest regex of the GPU tests to run (default: the executor, paged attention, sampling, rope, forward ones;
+#     all: every test labelled gpu)
 #   LLAMA_SRC=third_party/llama.cpp: a trimmed llama.cpp source (34af94c; ignored, carried in the device call),
 #     built in the background into /tmp/llama-build (CUDA, sm_90a) unless it is missing; no script here downloads it.
 #   SKIP_PEER=1: no llama.cpp.  SKIP_TESTS=1: no ctest.  QBENCH=1: cuda_qmatmul_bench --quick as well.
@@ -49,21 +50,22 @@ PELICAN=$ROOT/build-gpu/bin/pelican
 
 if [ -z "${SKIP_TESTS:-}" ]; then
   say "tests: $TESTS"
-  (cd build-gpu && timeout -k 10 240 ctest -R "$TESTS" -j 4 --output-on-failure) >"$OUT/batch-tests.log" 2>&1
+  if [ "$TESTS" = all ]; then sel=(-L gpu); else sel=(-R "$TESTS"); fi
+  (cd build-gpu && timeout -k 10 300 ctest "${sel[@]}" -j 6 --output-on-failure) >"$OUT/batch-tests.log" 2>&1
   tail -15 "$OUT/batch-tests.log"
   grep -h "worst\|cuda executor" build-gpu/Testing/Temporary/LastTest.log 2>/dev/null | head -20
 fi
 
 if [ -n "${QBENCH:-}" ]; then
   say "cuda_qmatmul_bench --quick"
-  timeout -k 10 180 build-gpu/bin/cuda_qmatmul_bench --quick --types q4_0,q6_k --tok 16,64,128,256 --sweep >"$OUT/batch-qbench.log" 2>&1
+  timeout -k 10 90 build-gpu/bin/cuda_qmatmul_bench --quick --types q4_0,q6_k --tok 16,64,128,256 --sweep >"$OUT/batch-qbench.log" 2>&1
   tail -60 "$OUT/batch-qbench.log"
 fi
 
 for t in $TYPES; do
   f=$MODEL_DIR/llama8b-$t.gguf
   [ -s "$f" ] || { say "missing $f"; continue; }
-  say "pelican bench --batch $BATCHES on $t"
+  say "pelican bench --batch $BATCHES on $t (nvidia-smi: $(nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null))"
   timeout -k 10 240 "$PELICAN" bench --device cuda -m "$f" --batch "$BATCHES" -p "$NPP" -n "$NTG" \
     >"$OUT/batch-pelican-$t.log" 2>&1
   cat "$OUT/batch-pelican-$t.log" | tail -8
