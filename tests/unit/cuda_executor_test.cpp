@@ -155,9 +155,9 @@ INSTANTIATE_TEST_SUITE_P(Model, CudaExecutorArch,
 
 class CudaExecutorTypes : public ::testing::TestWithParam<DType> {};
 
-// Prompts longer than the GEMV rows (both ways through cuBLAS), then decode steps of one row per
-// sequence (the batch: one GEMV of 4 rows; alone: of 1 row). Each row's activations are quantized
-// on their own and the products are exact integer dot products or fp32 sums, so the batch and the
+// Prompts longer than the GEMV rows (both ways through the tensor-core / cuBLAS matmul), then decode
+// steps of one row per sequence (the batch: one GEMV of 4 rows; alone: of 1 row). Each row's activations are
+// quantized on their own and the products are exact integer dot products or fp32 sums, so the batch and the
 // single sequence differ only in fp32 summation order: 1e-4 of the largest logit.
 TEST_P(CudaExecutorTypes, BatchEqualsEachSequenceAlone) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
@@ -180,7 +180,12 @@ TEST_P(CudaExecutorTypes, BatchEqualsEachSequenceAlone) {
     auto mem = exec->create_memory({.max_seqs = 8, .max_seq_tokens = 64, .block_tokens = 8});
     ASSERT_TRUE(mem.ok());
     std::mt19937 rng(3);
-    const size_t lens[4] = {9, 17, 10, 30};
+    // Prompts of 9 .. 30 tokens, 69 rows in the batch's step: no 64-row tile of it holds 16 rows of one
+    // sequence, so its attention runs the fp32 rows kernel. Alone, each prompt goes in chunks of 9 .. 15
+    // rows: above every GEMV row limit (the batch's form too) and below the 16 rows from which
+    // attention_paged takes the tensor-core tile kernel (q and p rounded to f16; its own accuracy is
+    // cuda_paged_attention_test's).
+    const size_t lens[4] = {9, 20, 10, 30};
     std::vector<SeqId> ids, solo;
     std::vector<std::vector<int32_t>> toks(4);
     std::vector<float> batch, alone;
@@ -194,9 +199,14 @@ TEST_P(CudaExecutorTypes, BatchEqualsEachSequenceAlone) {
     const auto V = static_cast<size_t>(s.n_vocab);
     for (size_t i = 0; i < 4; ++i) {  // each prompt alone in its own sequence
         solo.push_back((*mem)->open().value());
-        Step one;
-        one.add(solo[i], 0, toks[i]);
-        ASSERT_TRUE(one.run(*exec, **mem, alone).ok());
+        const size_t n_chunks = (lens[i] + 14) / 15;
+        for (size_t c = 0, p0 = 0; c < n_chunks; ++c) {
+            const size_t len = (lens[i] - p0) / (n_chunks - c);
+            Step one;
+            one.add(solo[i], static_cast<int64_t>(p0), std::span(toks[i]).subspan(p0, len));
+            ASSERT_TRUE(one.run(*exec, **mem, alone).ok());
+            p0 += len;
+        }
         EXPECT_LT(test::max_rel_diff(std::span(batch).subspan(i * V, V), alone), 1e-4) << "prefill " << i;
     }
     for (int stepn = 0; stepn < 4; ++stepn) {

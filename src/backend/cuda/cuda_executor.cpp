@@ -84,6 +84,10 @@ Status CudaExecutor::init() {
     }
     fit(gm_->output());
     gemv_rows_ = std::max(gemv_rows_, 1);
+    // Quantized layers: the GEMV's time grows with its rows (8B Q4_0 decode steps on the H200: 2.2, 3.0,
+    // 4.3, 8.0 ms at 1, 2, 4, 8 rows) while qmatmul's stays ~5.1 ms from 1 to 16 rows: above 4 rows the
+    // tensor-core kernel wins (docs/performance.md, issue 17).
+    if (qmatmul_supported(gm_->layer(0).down)) gemv_rows_ = std::min(gemv_rows_, kQuantGemvRows);
     if (max_gemv_rows_ >= 0) gemv_rows_ = std::min(gemv_rows_, max_gemv_rows_);
 
     const size_t attn_ws_bytes = paged_attention_workspace_bytes(

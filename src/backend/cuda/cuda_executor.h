@@ -11,7 +11,8 @@
 //
 // Matmuls: a step of at most gemv_rows() rows takes the GEMV with the norm prologue and the bias /
 // residual / SwiGLU epilogues fused (gemv.h: weights streamed once for all rows); a larger step runs
-// rms_norm + cuBLAS (prefill_matmul.h: quantized weights dequantized to f16 tiles).
+// rms_norm + qmatmul (qmatmul.h: tensor cores, the Q4_0 / Q8_0 / Q4_K / Q6_K weights dequantized in
+// registers) or cuBLAS for float weights (prefill_matmul.h).
 //
 // Host side of a step: the batch is checked once (split_batch), every sequence's positions are made
 // writable (prepare_write: copy on write through the memory's storage, queued on this executor's
@@ -55,11 +56,13 @@ struct CudaExecutorOptions {
     std::optional<DType> kv_type;    // F16 or F32; default: F32 when every matrix is F32, else F16
     bool use_graphs = true;          // false: every step launches its kernels one by one (tests)
     int max_gemv_rows = -1;          // steps of at most this many rows take the GEMVs (-1: as many as the
-                                     // matrices allow, at most kMaxGemvTokens; 0: never)
+                                     // matrices allow, at most kMaxGemvTokens, and at most kQuantGemvRows for
+                                     // quantized models; 0: never)
 };
 
 class CudaExecutor final : public Executor {
 public:
+    static constexpr int kQuantGemvRows = 4;  // quantized models: steps of more rows take qmatmul
     // Errors: a hybrid model (not yet on this executor), bad sizes, out of GPU memory.
     static Expected<std::unique_ptr<CudaExecutor>> create(std::shared_ptr<const GpuModel> weights,
                                                           const CudaExecutorOptions& opt);
