@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/philox.h"
+#include "model/forward_pass.h"
 
 namespace pelican {
 
@@ -212,6 +213,18 @@ int32_t Sampler::sample(std::span<float> logits) {
         if (u < 0) return cand_[j].id;
     }
     return last_positive;  // rounding left u >= 0 after the last weight
+}
+
+StepSampling step_sampling(const SamplerParams& p) {
+    StepSampling g;
+    g.temperature = p.temperature;
+    g.top_k = p.top_k;
+    g.top_p = p.top_p;
+    g.min_p = p.min_p;
+    g.repetition_penalty = p.repetition_penalty;
+    g.presence_penalty = p.presence_penalty;
+    g.frequency_penalty = p.frequency_penalty;
+    return g;
 }
 
 }  // namespace pelican

@@ -56,6 +56,11 @@ struct SamplerParams {
 // Errors name the parameter and its allowed range.
 Status validate_sampler_params(const SamplerParams& p);
 
+// The parameters a forward pass or an executor applies on its device (the same fields;
+// model/forward_pass.h defines StepSampling).
+struct StepSampling;
+StepSampling step_sampling(const SamplerParams& p);
+
 class Sampler {
 public:
     static Expected<Sampler> create(const SamplerParams& params);

@@ -55,6 +55,8 @@ Expected<RequestId> Scheduler::admit(RequestOptions r) {
     q->max_tokens = r.max_tokens;
     q->stop_ids = std::move(r.stop_ids);
     q->sampler = std::make_unique<Sampler>(std::move(s));
+    q->step = step_sampling(r.sampling);
+    q->on_device = exec_.samples_on_device(q->step);
     for (int32_t t : q->tokens) q->sampler->accept(t);
     const RequestId id = q->id;
     active_.push_back(std::move(q));
@@ -63,24 +65,24 @@ Expected<RequestId> Scheduler::admit(RequestOptions r) {
 
 int64_t Scheduler::n_decoding() const {
     return std::count_if(active_.begin(), active_.end(), [](const std::unique_ptr<Request>& r) {
-        return !r->cancelled && r->seq >= 0 && r->n_computed == static_cast<int64_t>(r->tokens.size()) - 1;
+        return !r->done && r->seq >= 0 && r->n_computed == static_cast<int64_t>(r->tokens.size()) - 1;
     });
 }
 
 void Scheduler::cancel(RequestId id) {
     for (auto& r : active_)
-        if (r->id == id) r->cancelled = true;
+        if (r->id == id) r->cancel_requested = true;
 }
 
 void Scheduler::finish(Request& r, FinishReason why, std::vector<TokenEvent>& events, int32_t token) {
     if (r.seq >= 0) mem_.close(r.seq);
     r.seq = -1;
-    r.cancelled = true;  // dropped by drop_finished
+    r.done = true;  // dropped by drop_finished
     events.push_back({r.id, token, why});
 }
 
 void Scheduler::drop_finished() {
-    std::erase_if(active_, [](const std::unique_ptr<Request>& r) { return r->cancelled; });
+    std::erase_if(active_, [](const std::unique_ptr<Request>& r) { return r->done; });
 }
 
 void Scheduler::preempt(Request& r) {
@@ -147,7 +149,7 @@ bool Scheduler::reserve_or_preempt(std::vector<Run>& runs, std::vector<TokenEven
 
 Status Scheduler::step(std::vector<TokenEvent>& events, ThreadPool& pool) {
     for (auto& r : active_)
-        if (r->cancelled) finish(*r, FinishReason::kCancelled, events);
+        if (r->cancel_requested && !r->done) finish(*r, FinishReason::kCancelled, events);
     drop_finished();
     if (active_.empty()) return {};
     plan(runs_);
@@ -170,26 +172,19 @@ Status Scheduler::step(std::vector<TokenEvent>& events, ThreadPool& pool) {
     }
     const size_t n_out = out_rows_.size();
     bool on_device = n_out > 0;
-    for (Request* r : out_req_) {
-        const SamplerParams& p = r->sampler->params();
-        on_device = on_device && exec_.samples_on_device(StepSampling{
-                                     p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty,
-                                     p.presence_penalty, p.frequency_penalty});
-    }
+    for (Request* r : out_req_) on_device = on_device && r->on_device;
     sampled_.assign(n_out, kNoToken);
     StepOutputs out;
     if (on_device) {
         sample_.clear();
         for (Request* r : out_req_) {
-            const SamplerParams& p = r->sampler->params();
             RowSample s;
-            s.params = StepSampling{
-                p.temperature,      p.top_k, p.top_p, p.min_p, p.repetition_penalty, p.presence_penalty,
-                p.frequency_penalty};
+            s.params = r->step;
             s.window = r->sampler->penalty_window();
             s.seed = r->sampler->seed();
             s.counter = r->sampler->counter();
-            if (p.temperature > 0) (void)r->sampler->draw_uniform();  // the device draws that counter's u
+            if (s.params.temperature > 0)
+                (void)r->sampler->draw_uniform();  // the device draws that counter's u
             sample_.push_back(s);
         }
         out.sample = sample_;

@@ -104,9 +104,12 @@ private:
         int64_t max_tokens = 0;
         std::vector<int32_t> stop_ids;
         std::unique_ptr<Sampler> sampler;
-        SeqId seq = -1;          // open sequence, or -1 (waiting)
-        int64_t n_computed = 0;  // tokens[0 .. n_computed) are in the sequence
-        bool cancelled = false;
+        StepSampling step;              // sampler's parameters as the executor takes them
+        bool on_device = false;         // the executor samples them exactly
+        SeqId seq = -1;                 // open sequence, or -1 (waiting)
+        int64_t n_computed = 0;         // tokens[0 .. n_computed) are in the sequence
+        bool cancel_requested = false;  // cancel(): ends at the next step
+        bool done = false;              // finished (events sent, sequence closed); dropped at the step's end
     };
     // A row group of this step: request r feeds tokens [r.n_computed, + n).
     struct Run {

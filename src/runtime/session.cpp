@@ -14,21 +14,6 @@
 #include "tokenizer/tokenizer.h"
 
 namespace pelican {
-namespace {
-
-StepSampling step_sampling(const SamplerParams& p) {
-    StepSampling g;
-    g.temperature = p.temperature;
-    g.top_k = p.top_k;
-    g.top_p = p.top_p;
-    g.min_p = p.min_p;
-    g.repetition_penalty = p.repetition_penalty;
-    g.presence_penalty = p.presence_penalty;
-    g.frequency_penalty = p.frequency_penalty;
-    return g;
-}
-
-}  // namespace
 
 struct Session::Impl {
     const Engine* engine = nullptr;

@@ -128,8 +128,9 @@ Status CudaExecutor::init() {
                          hp_.rope_attn_factor, rope_table_, stream_);
     }
 
-    // Step inputs: five [T] int32 arrays, then the block tables [T, max_blocks_].
-    io_bytes_ = (5 * T + T * static_cast<size_t>(max_blocks_)) * sizeof(int32_t);
+    // Step inputs: five [T] int32 arrays, then the block tables [one per sequence of a step, max_blocks_].
+    const auto max_tables = static_cast<size_t>(std::min<int64_t>(max_tokens_, max_seqs_));
+    io_bytes_ = (5 * T + max_tables * static_cast<size_t>(max_blocks_)) * sizeof(int32_t);
     io_ = DeviceBuffer(io_bytes_);
     if (!io_.ok())
         return make_error("GPU step inputs ({}): out of memory ({})", human_bytes(io_bytes_),

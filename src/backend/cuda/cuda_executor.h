@@ -156,7 +156,7 @@ private:
     bool fused_head_ = false;
     float* rope_table_ = nullptr;  // [max_seq_tokens, rope_dim]
     // Device inputs of a step (one copy from pinned memory): ids, pos, slot, row_table [T] int32,
-    // out_rows [T], tables [T, max_blocks_] (only the rows the step needs are copied).
+    // out_rows [T], tables [min(T, max_seqs), max_blocks_] (only the rows the step needs are copied).
     DeviceBuffer io_;
     int32_t *ids_ = nullptr, *pos_ = nullptr, *slot_ = nullptr, *row_table_ = nullptr, *out_rows_ = nullptr,
             *tables_ = nullptr;
