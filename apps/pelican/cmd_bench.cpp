@@ -43,7 +43,6 @@ struct BenchArgs {
     std::string device = "auto";
     std::string batches;       // --batch: B values; set = the many-sequence bench
     double kv_memory_gib = 0;  // --kv-memory
-    int gemv_rows = -1;        // --gemv-rows
     // --synthetic: a model generated into memory.
     std::string synthetic, config, vocab, type = "q4_0";
     uint64_t weights_seed = 0;
@@ -127,7 +126,6 @@ int run(const BenchArgs& a) {
         bp.n_threads = a.params.n_threads;
         bp.seed = a.params.seed;
         bp.kv_memory_gib = a.kv_memory_gib;
-        bp.max_gemv_rows = a.gemv_rows;
         auto r = run_batch_bench(**engine, bp);
         if (!r) return report_error(r.error());
         const std::string out = a.json ? batch_bench_json(*r) : batch_bench_table(*r);
@@ -188,10 +186,6 @@ void setup(CLI::App& app) {
                     "most rows per step");
     sub->add_option("--kv-memory", a->kv_memory_gib,
                     "--batch: KV pool size in GiB (default: room for every sequence's prompt and output)");
-    sub->add_option("--gemv-rows", a->gemv_rows,
-                    "--batch, CUDA: steps of at most this many rows take the fused GEMVs, larger ones the "
-                    "tensor-core matmul (-1: the executor's default)")
-        ->capture_default_str();
     sub->add_option(
         "--synthetic", a->synthetic,
         "Benchmark a synthetic model of this architecture generated into memory (no file; "

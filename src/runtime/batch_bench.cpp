@@ -117,11 +117,9 @@ Expected<BatchBenchResult> run_batch_bench(const Engine& engine, const BatchBenc
         return make_error("bench --batch: -p + -n + 1 = {} exceeds the model's context of {}", ctx,
                           engine.n_ctx_train());
     const int32_t max_b = *std::max_element(p.batches.begin(), p.batches.end());
-    PELICAN_ASSIGN(std::unique_ptr<Executor> exec,
-                   create_executor(engine, {.max_batch_tokens = p.n_batch,
-                                            .max_seqs = max_b,
-                                            .max_seq_tokens = ctx,
-                                            .max_gemv_rows = p.max_gemv_rows}));
+    PELICAN_ASSIGN(
+        std::unique_ptr<Executor> exec,
+        create_executor(engine, {.max_batch_tokens = p.n_batch, .max_seqs = max_b, .max_seq_tokens = ctx}));
     PELICAN_ASSIGN(std::unique_ptr<ThreadPool> pool, ThreadPool::create(p.n_threads));
     PELICAN_ASSIGN(const double per_pos, bytes_per_position(*exec, p.block_tokens));
     const std::vector<int32_t> ids = plain_token_ids(engine);

@@ -37,7 +37,6 @@ struct BatchBenchParams {
     double kv_memory_gib = 0;                     // KV pool size; 0 = B * (P + N + 1) positions
     int n_threads = 0;                            // CPU threads (0: default)
     uint64_t seed = 1234;                         // prompt tokens
-    int max_gemv_rows = -1;                       // executor tuning (--gemv-rows; -1: its default)
 };
 
 struct BatchBenchRow {

@@ -31,8 +31,6 @@ struct ExecutorOptions {
     int64_t max_batch_tokens = 512;  // most rows per step
     int32_t max_seqs = 256;          // most sequences of one memory
     int64_t max_seq_tokens = 4096;   // most positions of one sequence
-    int max_gemv_rows =
-        -1;  // tuning: steps of at most this many rows take the GEMVs (-1: the backend's default)
 };
 
 class DeviceBackend {

@@ -11,8 +11,6 @@
 #   LLAMA_SRC=third_party/llama.cpp: a trimmed llama.cpp source (34af94c; ignored, carried in the device call),
 #     built in the background into /tmp/llama-build (CUDA, sm_90a) unless it is missing; no script here downloads it.
 #   SKIP_PEER=1: no llama.cpp.  SKIP_TESTS=1: no ctest.  QBENCH=1: cuda_qmatmul_bench --quick as well.
-#   GEMV_ROWS="0 4": extra `bench --batch 1,2,4,8,16` runs on q4_0 with --gemv-rows N (the GEMV / tensor-core
-#   crossover).
 # Logs: $OUT/batch-*.log, one per step; a summary at the end.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -72,11 +70,6 @@ for t in $TYPES; do
   if [ "$t" = q4_0 ]; then
     say "pelican bench -p 512 -n 128 (B = 1, the single-sequence pass)"
     timeout -k 10 120 "$PELICAN" bench --device cuda -m "$f" -p 512 -n 128 -r 3 2>&1 | tail -4
-    for g in ${GEMV_ROWS:-}; do
-      say "pelican bench --batch 1,2,4,8,16 --gemv-rows $g on $t"
-      timeout -k 10 120 "$PELICAN" bench --device cuda -m "$f" --batch 1,2,4,8,16 -p "$NPP" -n "$NTG" \
-        --gemv-rows "$g" 2>&1 | grep -E "^\|" | tail -5
-    done
   fi
 done
 

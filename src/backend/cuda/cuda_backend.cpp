@@ -60,7 +60,6 @@ public:
         o.max_batch_tokens = opt.max_batch_tokens;
         o.max_seqs = opt.max_seqs;
         o.max_seq_tokens = opt.max_seq_tokens;
-        o.max_gemv_rows = opt.max_gemv_rows;
         PELICAN_ASSIGN(std::unique_ptr<CudaExecutor> e, CudaExecutor::create(std::move(gm), o));
         return std::unique_ptr<Executor>(std::move(e));
     }

@@ -27,8 +27,7 @@ CudaExecutor::CudaExecutor(std::shared_ptr<const GpuModel> gm, const CudaExecuto
       max_seqs_(opt.max_seqs),
       max_seq_tokens_(opt.max_seq_tokens),
       kv_type_(kv_type),
-      use_graphs_(opt.use_graphs),
-      max_gemv_rows_(opt.max_gemv_rows) {}
+      use_graphs_(opt.use_graphs) {}
 
 CudaExecutor::~CudaExecutor() {
     if (stream_) PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -88,7 +87,6 @@ Status CudaExecutor::init() {
     // 4.3, 8.0 ms at 1, 2, 4, 8 rows) while qmatmul's stays ~5.1 ms from 1 to 16 rows: above 4 rows the
     // tensor-core kernel wins (docs/performance.md, issue 17).
     if (qmatmul_supported(gm_->layer(0).down)) gemv_rows_ = std::min(gemv_rows_, kQuantGemvRows);
-    if (max_gemv_rows_ >= 0) gemv_rows_ = std::min(gemv_rows_, max_gemv_rows_);
 
     const size_t attn_ws_bytes = paged_attention_workspace_bytes(
         static_cast<int>(max_tokens_), static_cast<int>(hp_.n_head), static_cast<int>(hp_.n_head_kv),

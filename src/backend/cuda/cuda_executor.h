@@ -55,9 +55,6 @@ struct CudaExecutorOptions {
     int64_t max_seq_tokens = 4096;   // most positions of one sequence (the rope table's length)
     std::optional<DType> kv_type;    // F16 or F32; default: F32 when every matrix is F32, else F16
     bool use_graphs = true;          // false: every step launches its kernels one by one (tests)
-    int max_gemv_rows = -1;          // steps of at most this many rows take the GEMVs (-1: as many as the
-                                     // matrices allow, at most kMaxGemvTokens, and at most kQuantGemvRows for
-                                     // quantized models; 0: never)
 };
 
 class CudaExecutor final : public Executor {
@@ -125,7 +122,6 @@ private:
     int32_t block_tokens_ = 16;  // of the memory the current step runs on
     std::vector<SeqRun> runs_;   // [<= max_tokens] this step's sequences (capacity reserved)
     const bool use_graphs_;
-    const int max_gemv_rows_;
     struct GraphKey {
         const void* kv;  // the memory's KV pages (a graph holds their addresses)
         int32_t n_blocks;
