@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 17's GPU call: pelican's build, the many-sequence tests, `pelican bench --batch` and llama.cpp's
-# llama-batched-bench side by side on the same synthetic Llama-3.1-8B-shaped GGUFs, plus the B = 1 regression
-# check (pelican bench -p 512 -n 128).
+# llama-batched-bench side by side on the same synthetic GGUFs (Llama-3.1-8B-shaped by default; HYBRID=1: the
+# Qwen3.5-35B-A3B shape), plus the B = 1 regression check (pelican bench -p 512 -n 128).
 #
 #   tools/gpu/batch_check.sh           # on the GPU machine, from the repository root
 #
@@ -11,13 +11,22 @@
 #   LLAMA_SRC=third_party/llama.cpp: a trimmed llama.cpp source (34af94c; ignored, carried in the device call),
 #     built in the background into /tmp/llama-build (CUDA, sm_90a) unless it is missing; no script here downloads it.
 #   SKIP_PEER=1: no llama.cpp.  SKIP_TESTS=1: no ctest.  QBENCH=1: cuda_qmatmul_bench --quick as well.
+#   HYBRID=1: the Qwen3.5-35B-A3B shape (tools/configs/qwen3.5-35b-a3b.json, files q35b-<type>.gguf, the Qwen3
+#     vocabulary third_party/vocab/qwen3-tokenizer.json.xz); default TYPES then q4_0.
+#   BUILD_TARGETS: ninja targets (default: everything; check.sh).
 # Logs: $OUT/batch-*.log, one per step; a summary at the end.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$(pwd)
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+if [ -n "${HYBRID:-}" ]; then
+  export SYNTH_ARCH=qwen3_5_moe MODEL_TAG=q35b CONFIG=${CONFIG:-$ROOT/tools/configs/qwen3.5-35b-a3b.json}
+  export VOCAB=${VOCAB:-third_party/vocab/qwen3-tokenizer.json.xz}
+  TYPES=${TYPES:-q4_0}
+fi
 TYPES=${TYPES:-q4_0 bf16}
+MODEL_TAG=${MODEL_TAG:-llama8b}
 BATCHES=${BATCHES:-1,8,32,128}
 NPP=${NPP:-128}
 NTG=${NTG:-128}
@@ -61,7 +70,7 @@ if [ -n "${QBENCH:-}" ]; then
 fi
 
 for t in $TYPES; do
-  f=$MODEL_DIR/llama8b-$t.gguf
+  f=$MODEL_DIR/$MODEL_TAG-$t.gguf
   [ -s "$f" ] || { say "missing $f"; continue; }
   say "pelican bench --batch $BATCHES on $t (nvidia-smi: $(nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null))"
   timeout -k 10 240 "$PELICAN" bench --device cuda -m "$f" --batch "$BATCHES" -p "$NPP" -n "$NTG" \
@@ -78,7 +87,7 @@ if [ -z "${SKIP_PEER:-}" ] && [ -f "$LLAMA_SRC/CMakeLists.txt" ]; then
   while [ ! -e "$LLB.done" ] && [ $w -lt 420 ]; do sleep 5; w=$((w + 5)); done
   say "llama.cpp build waited ${w}s; $(tail -1 "$OUT/batch-llama-build.log")"
   for t in $TYPES; do
-    f=$MODEL_DIR/llama8b-$t.gguf
+    f=$MODEL_DIR/$MODEL_TAG-$t.gguf
     [ -s "$f" ] && [ -x "$LLB/bin/llama-batched-bench" ] || continue
     say "llama-batched-bench on $t"
     timeout -k 10 240 "$LLB/bin/llama-batched-bench" -m "$f" -npp "$NPP" -ntg "$NTG" -npl "$BATCHES" -ngl 99 -fa 1 \

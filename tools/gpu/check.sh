@@ -69,7 +69,8 @@ phase_build() {
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DPELICAN_CUDA=ON \
     2>&1 | tee "$cfg"
   grep -q "CUDA backend ON" "$cfg" || { echo "check.sh: the CUDA backend is OFF (nvcc not found?)"; return 1; }
-  ninja -C "$BUILD_DIR" -j"$NPROC"
+  # shellcheck disable=SC2086  # BUILD_TARGETS: space-separated ninja targets (default: everything)
+  ninja -C "$BUILD_DIR" -j"$NPROC" ${BUILD_TARGETS:-}
 }
 
 phase_test() {

@@ -4,17 +4,22 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
 #include "backend/cuda/attention_paged.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/deltanet.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gpu_upload.h"
 #include "backend/cuda/layer_args.h"
+#include "backend/cuda/moe.h"
 #include "backend/cuda/qmatmul.h"
 #include "backend/cuda/sampling_batch.h"
 #include "core/format_bytes.h"
+#include "model/hybrid_hparams.h"
 #include "model/model.h"
 
 namespace pelican::cuda {
@@ -41,8 +46,6 @@ CudaExecutor::~CudaExecutor() {
 Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::create(std::shared_ptr<const GpuModel> weights,
                                                              const CudaExecutorOptions& opt) {
     if (!weights) return make_error("CUDA executor: no GPU weights given");
-    if (weights->hybrid())
-        return make_error("CUDA executor: the hybrid Qwen3.5 stack is not on the executor yet");
     if (opt.max_batch_tokens <= 0 || opt.max_batch_tokens > INT32_MAX)
         return make_error("batch size must be in 1 .. {}, got {}", INT32_MAX, opt.max_batch_tokens);
     if (opt.max_seqs <= 0) return make_error("CUDA executor: {} sequences", opt.max_seqs);
@@ -57,12 +60,12 @@ Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::create(std::shared_ptr<con
 }
 
 Status CudaExecutor::init() {
-    const int64_t E = hp_.n_embd, Q = hp_.q_dim(), KV = hp_.kv_dim(), FF = hp_.n_ff, V = hp_.n_vocab;
+    const int64_t E = hp_.n_embd, Q = hp_.q_dim(), KV = hp_.kv_dim(), V = hp_.n_vocab;
     const auto T = static_cast<size_t>(max_tokens_);
     const size_t f = sizeof(float);
-    qkv_w_ = Q + 2 * KV;
     max_blocks_ = max_seq_tokens_;  // blocks of 1 position at the smallest
     runs_.reserve(T);
+    chunk_in_.reserve(T), chunk_out_.reserve(T), n_states_.reserve(T);
     PELICAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& ev : stage_ev_)
         PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
@@ -70,65 +73,120 @@ Status CudaExecutor::init() {
     // The fused GEMVs take as many rows as every matrix of the model allows.
     gemv_rows_ = kMaxGemvTokens;
     const auto fit = [&](const GpuMatrix& m) { gemv_rows_ = std::min(gemv_rows_, gemv_max_tokens(m)); };
-    int64_t split_w = 0;
-    for (int il = 0; il < hp_.n_layer; ++il) {
-        const GpuLayer& l = gm_->layer(il);
-        for (const auto* parts : {&l.qkv, &l.gate_up}) {
-            for (const GpuPart& p : *parts) fit(p.m);
-            if (parts->size() > 1)
-                for (const GpuPart& p : *parts) split_w = std::max(split_w, p.m.n_out);
+    int64_t split_w = 0;  // widest part of a split projection (tmp_ holds its cuBLAS output)
+    const auto fit_parts = [&](const std::vector<GpuPart>& parts) {
+        for (const GpuPart& p : parts) fit(p.m);
+        if (parts.size() > 1)
+            for (const GpuPart& p : parts) split_w = std::max(split_w, p.m.n_out);
+    };
+    int64_t max_in = std::max(E, Q), max_out = std::max(E, V);
+    const GpuMatrix* probe = nullptr;  // a layer matrix: quantized models take qmatmul above kQuantGemvRows
+    hybrid_ = gm_->hybrid();
+    if (hybrid_) {
+        const HybridHParams& hy = *hp_.hybrid;
+        const DeltaNetShape& ls = hy.linear;
+        w_dn_ = ls.conv_dim() + ls.value_dim() + 2 * int64_t{ls.n_v_heads};
+        w_at_ = 2 * Q + 2 * KV;
+        qkv_w_ = std::max(w_dn_, w_at_);
+        ff_ = std::max<int64_t>(hp_.n_ff, hy.n_ff_shared);
+        int n_kv = 0, n_rec = 0;
+        for (int il = 0; il < hp_.n_layer; ++il) {
+            const GpuHybridLayer& l = gm_->hybrid_layer(il);
+            kv_slot_.push_back(l.full_attention ? n_kv++ : -1);
+            rec_slot_.push_back(l.full_attention ? -1 : n_rec++);
+            if (l.full_attention) {
+                fit_parts(l.attn.qkvg);
+                fit(l.attn.wo);
+                probe = &l.attn.wo;
+            } else {
+                fit_parts(l.linear.in_proj);
+                fit(l.linear.out);
+                probe = &l.linear.out;
+            }
+            if (hy.moe) {
+                fit_parts(l.moe.router);
+                fit_parts(l.moe.shared_gate_up);
+                if (!l.moe.shared_in_experts) fit(l.moe.shared_down);
+            } else {
+                fit_parts(l.mlp.gate_up);
+                fit(l.mlp.down);
+            }
         }
-        fit(l.wo);
-        fit(l.down);
+        max_in = std::max({max_in, ls.value_dim(), ff_, int64_t{hy.n_ff_expert}});
+        max_out = std::max({max_out, qkv_w_, 2 * ff_, int64_t{hy.n_expert} + 1});
+    } else {
+        qkv_w_ = Q + 2 * KV;
+        ff_ = hp_.n_ff;
+        for (int il = 0; il < hp_.n_layer; ++il) {
+            const GpuLayer& l = gm_->layer(il);
+            kv_slot_.push_back(il);
+            rec_slot_.push_back(-1);
+            fit_parts(l.qkv);
+            fit_parts(l.gate_up);
+            fit(l.wo);
+            fit(l.down);
+            probe = &l.down;
+        }
+        max_in = std::max(max_in, ff_);
+        max_out = std::max({max_out, qkv_w_, 2 * ff_});
     }
     fit(gm_->output());
     gemv_rows_ = std::max(gemv_rows_, 1);
     // Quantized layers: the GEMV's time grows with its rows (8B Q4_0 decode steps on the H200: 2.2, 3.0,
     // 4.3, 8.0 ms at 1, 2, 4, 8 rows) while qmatmul's stays ~5.1 ms from 1 to 16 rows: above 4 rows the
     // tensor-core kernel wins (docs/performance.md, issue 17).
-    if (qmatmul_supported(gm_->layer(0).down)) gemv_rows_ = std::min(gemv_rows_, kQuantGemvRows);
+    if (probe && qmatmul_supported(*probe)) gemv_rows_ = std::min(gemv_rows_, kQuantGemvRows);
 
-    const size_t attn_ws_bytes = paged_attention_workspace_bytes(
+    attn_ws_bytes_ = paged_attention_workspace_bytes(
         static_cast<int>(max_tokens_), static_cast<int>(hp_.n_head), static_cast<int>(hp_.n_head_kv),
         static_cast<int>(hp_.head_dim), max_seq_tokens_);
-    attn_ws_bytes_ = attn_ws_bytes;
+    qmm_ws_bytes_ = qmatmul_workspace_bytes(max_in, max_out, static_cast<int>(max_tokens_));
+    // Every scratch buffer is carved from one allocation: (where its pointer goes, its offset).
     Carver c;
-    const size_t o_x = c.add(T * E * f), o_xn = c.add(T * E * f), o_qkv = c.add(T * qkv_w_ * f),
-                 o_attn = c.add(T * Q * f), o_proj = c.add(T * E * f), o_gu = c.add(T * 2 * FF * f),
-                 o_act = c.add(T * FF * f), o_tmp = c.add(T * split_w * f), o_logits = c.add(T * V * f),
-                 o_aws = c.add(attn_ws_bytes),
-                 o_qws = c.add(qmatmul_workspace_bytes(std::max({E, Q, FF}), std::max({qkv_w_, 2 * FF, E, V}),
-                                                       static_cast<int>(max_tokens_))),
-                 o_rope = c.add(static_cast<size_t>(max_seq_tokens_) * static_cast<size_t>(hp_.rope_dim) * f);
+    std::vector<std::pair<std::function<void(std::byte*)>, size_t>> take;
+    const auto want = [&](auto*& ptr, size_t bytes) {
+        using P = std::remove_reference_t<decltype(ptr)>;
+        take.emplace_back([&ptr](std::byte* at) { ptr = reinterpret_cast<P>(at); }, c.add(bytes));
+    };
+    want(x_, T * E * f), want(xn_, T * E * f), want(qkv_, T * qkv_w_ * f), want(attn_, T * Q * f);
+    want(proj_, T * E * f), want(gu_, T * 2 * ff_ * f), want(act_, T * ff_ * f), want(logits_, T * V * f);
+    if (split_w > 0) want(tmp_, T * split_w * f);
+    want(attn_ws_, attn_ws_bytes_), want(qmm_ws_, qmm_ws_bytes_);
+    if (hp_.rope_dim > 0 && gm_->inv_freq())
+        want(rope_table_, static_cast<size_t>(max_seq_tokens_) * static_cast<size_t>(hp_.rope_dim) * f);
+    if (hybrid_) {
+        const HybridHParams& hy = *hp_.hybrid;
+        const DeltaNetShape& ls = hy.linear;
+        want(conv_, T * ls.conv_dim() * f), want(core_, T * ls.value_dim() * f);
+        if (hy.moe) {
+            const bool stacked = gm_->hybrid_layer(0).moe.shared_in_experts;
+            const auto ko = static_cast<size_t>(hy.n_expert_used + (stacked ? 1 : 0));
+            const auto ffe = static_cast<size_t>(hy.n_ff_expert);
+            const int groups = moe_group_max_groups(static_cast<int>(T * ko), hy.n_expert + 1);
+            const auto gr = static_cast<size_t>(groups) * kMoeGroupRows;
+            want(router_, T * static_cast<size_t>(hy.n_expert + 1) * f);
+            want(eids_, T * ko * 4), want(ewts_, T * ko * f);
+            want(eact_, T * ko * ffe * f), want(eout_, T * ko * E * f), want(sout_, T * E * f);
+            want(group_expert_, static_cast<size_t>(groups) * 4), want(slot_row_, T * ko * 4);
+            want(row_slot_, gr * 4), want(xg_, gr * E * f), want(eactg_, gr * ffe * f), want(eoutg_, gr * E * f);
+        }
+        want(dn_ws_, deltanet_chunk_scratch_bytes(max_tokens_, ls.n_v_heads, ls.d_k));
+    }
     scratch_ = DeviceBuffer(c.total());
     if (!scratch_.ok())
         return make_error("GPU scratch for {} tokens per step ({}) does not fit in GPU memory ({})",
                           max_tokens_, human_bytes(c.total()), gpu_memory_note());
-    auto* base = scratch_.as<std::byte>();
-    x_ = reinterpret_cast<float*>(base + o_x);
-    xn_ = reinterpret_cast<float*>(base + o_xn);
-    qkv_ = reinterpret_cast<float*>(base + o_qkv);
-    attn_ = reinterpret_cast<float*>(base + o_attn);
-    proj_ = reinterpret_cast<float*>(base + o_proj);
-    gu_ = reinterpret_cast<float*>(base + o_gu);
-    act_ = reinterpret_cast<float*>(base + o_act);
-    tmp_ = split_w > 0 ? reinterpret_cast<float*>(base + o_tmp) : nullptr;
-    logits_ = reinterpret_cast<float*>(base + o_logits);
-    attn_ws_ = base + o_aws;
-    qmm_ws_ = base + o_qws;
-    qmm_ws_bytes_ = qmatmul_workspace_bytes(std::max({E, Q, FF}), std::max({qkv_w_, 2 * FF, E, V}),
-                                            static_cast<int>(max_tokens_));
+    for (auto& [set, off] : take) set(scratch_.as<std::byte>() + off);
     // Zeroed: the attention workspace must start so, and no step reads uninitialised memory.
     PELICAN_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch_.size(), stream_));
-    if (hp_.rope_dim > 0 && gm_->inv_freq()) {
-        rope_table_ = reinterpret_cast<float*>(base + o_rope);
+    if (rope_table_)
         rope_table_build(gm_->inv_freq(), static_cast<int>(hp_.rope_dim), max_seq_tokens_,
                          hp_.rope_attn_factor, rope_table_, stream_);
-    }
 
-    // Step inputs: five [T] int32 arrays, then the block tables [one per sequence of a step, max_blocks_].
+    // Step inputs: kIoArrays [T] int32 arrays (+1 for run_row0), then the block tables [one per sequence
+    // of a step, max_blocks_].
     const auto max_tables = static_cast<size_t>(std::min<int64_t>(max_tokens_, max_seqs_));
-    io_bytes_ = (5 * T + max_tables * static_cast<size_t>(max_blocks_)) * sizeof(int32_t);
+    io_bytes_ = (kIoArrays * T + 1 + max_tables * static_cast<size_t>(max_blocks_)) * sizeof(int32_t);
     io_ = DeviceBuffer(io_bytes_);
     if (!io_.ok())
         return make_error("GPU step inputs ({}): out of memory ({})", human_bytes(io_bytes_),
@@ -139,7 +197,11 @@ Status CudaExecutor::init() {
     slot_ = io + 2 * T;
     row_table_ = io + 3 * T;
     out_rows_ = io + 4 * T;
-    tables_ = io + 5 * T;
+    run_conv_in_ = io + 5 * T;
+    run_rec_in_ = io + 6 * T;
+    row_state_out_ = io + 7 * T;
+    run_row0_ = io + 8 * T;  // [T + 1]
+    tables_ = io + kIoArrays * T + 1;
     PELICAN_CUDA_CHECK(cudaMemsetAsync(io_.get(), 0, io_bytes_, stream_));
     PELICAN_TRY(pin_.alloc(2 * io_bytes_, "step inputs"));
 
@@ -166,8 +228,6 @@ Status CudaExecutor::init() {
     PELICAN_TRY(tokens_pin_.alloc(T * 4, "sampled tokens"));
     PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&sample_ev_, cudaEventDisableTiming));
 
-    const int64_t max_in = std::max({E, Q, FF});
-    const int64_t max_out = std::max({qkv_w_, 2 * FF, E, V});
     const char* err = nullptr;
     if (!mm_.init(max_in, max_out, max_tokens_, stream_, &err))
         return make_error("GPU matmul setup failed: {} ({})", err ? err : "unknown error", gpu_memory_note());
@@ -194,18 +254,27 @@ Expected<std::unique_ptr<SequenceMemory>> CudaExecutor::create_memory(const Memo
         return make_error("sequence memory: {} KV positions is too many for one pool",
                           n_blocks * opt.block_tokens);
     CudaMemoryShape s;
-    s.n_attn_layers = hp_.n_layer;
+    s.n_attn_layers = std::count_if(kv_slot_.begin(), kv_slot_.end(), [](int k) { return k >= 0; });
     s.kv_dim = hp_.kv_dim();
     s.kv_type = kv_type_;
     s.n_blocks = static_cast<int32_t>(n_blocks);
     s.block_tokens = opt.block_tokens;
+    s.n_rec_layers = std::count_if(rec_slot_.begin(), rec_slot_.end(), [](int r) { return r >= 0; });
+    if (s.n_rec_layers > 0) {
+        if (opt.checkpoints < 1 || opt.checkpoints > 64)
+            return make_error("sequence memory: {} recurrent checkpoints (1 to 64)", opt.checkpoints);
+        const DeltaNetShape& ls = hp_.hybrid->linear;
+        s.conv_floats = int64_t{hp_.hybrid->conv_kernel - 1} * ls.conv_dim();
+        s.ssm_floats = ls.state_floats();
+        s.n_entries = opt.max_seqs * (opt.checkpoints + 1);
+    }
     PELICAN_ASSIGN(std::unique_ptr<CudaMemoryStorage> st, CudaMemoryStorage::create(s, stream_));
     SequenceMemoryOptions mo;
     mo.n_blocks = s.n_blocks;
     mo.block_tokens = opt.block_tokens;
     mo.max_seqs = opt.max_seqs;
     mo.max_seq_tokens = opt.max_seq_tokens;
-    mo.recurrent = false;
+    mo.recurrent = s.n_rec_layers > 0;
     mo.checkpoints = opt.checkpoints;
     return SequenceMemory::create(mo, std::move(st));
 }
@@ -222,7 +291,7 @@ void CudaExecutor::stage(const Batch& b, const SequenceMemory& mem, int64_t tabl
     PELICAN_CUDA_CHECK(cudaEventSynchronize(stage_ev_[half_]));
     auto* h = static_cast<int32_t*>(pin_.p) + static_cast<size_t>(half_) * (io_bytes_ / sizeof(int32_t));
     int32_t *ids = h, *pos = h + T, *slot = h + 2 * T, *row_table = h + 3 * T, *out_rows = h + 4 * T,
-            *tables = h + 5 * T;
+            *tables = h + kIoArrays * T + 1;
     const int32_t bt = mem.block_tokens();
     for (size_t r = 0; r < runs_.size(); ++r) {
         const SeqRun& run = runs_[r];
@@ -238,8 +307,9 @@ void CudaExecutor::stage(const Batch& b, const SequenceMemory& mem, int64_t tabl
         }
     }
     std::copy(b.out_rows.begin(), b.out_rows.end(), out_rows);
-    // One copy: the five [T] arrays, then the tables the step uses.
-    const size_t bytes = (5 * T + runs_.size() * static_cast<size_t>(table_stride)) * sizeof(int32_t);
+    if (hybrid_) plan_states(mem, h + 8 * T, h + 5 * T, h + 6 * T, h + 7 * T);
+    // One copy: the [T] arrays, then the tables the step uses.
+    const size_t bytes = (kIoArrays * T + 1 + runs_.size() * static_cast<size_t>(table_stride)) * sizeof(int32_t);
     PELICAN_CUDA_CHECK(cudaMemcpyAsync(io_.get(), h, bytes, cudaMemcpyHostToDevice, stream_));
     PELICAN_CUDA_CHECK(cudaEventRecord(stage_ev_[half_], stream_));
 }
@@ -275,8 +345,9 @@ Status CudaExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs
     for (int64_t i = 0; fused_head_ && i < n_out; ++i) fused_head_ = b.out_rows[static_cast<size_t>(i)] == i;
     stage(b, mem, table_stride);
     if (graphed)
-        launch_graphed(GraphKey{st->kv(0).k, st->shape().n_blocks, n, n_out, max_kv, bt, fused_head_}, *st,
-                       table_stride);
+        launch_graphed(GraphKey{st->kv(0).k, st->shape().n_blocks, n, n_out, max_kv, bt, fused_head_,
+                                hybrid_ ? static_cast<int64_t>(runs_.size()) : 0},
+                       *st, table_stride);
     else
         forward(n, n_out, *st, table_stride, max_kv);
     const int64_t V = hp_.n_vocab, E = hp_.n_embd;
@@ -293,7 +364,8 @@ Status CudaExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs
         PELICAN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (!out.sample.empty())
         std::copy_n(static_cast<const int32_t*>(tokens_pin_.p), out.tokens.size(), out.tokens.begin());
-    for (const SeqRun& r : runs_) mem.commit(r.seq, r.pos0 + r.n, 1);
+    for (size_t i = 0; i < runs_.size(); ++i)
+        mem.commit(runs_[i].seq, runs_[i].pos0 + runs_[i].n, hybrid_ ? n_states_[i] : 1);
     return {};
 }
 

@@ -1,13 +1,27 @@
-// The CUDA Executor (runtime/executor.h) of the dense Llama-family block on one GPU: a step runs
-// rows of many sequences at once, every matmul over all rows (one read of the weights per step),
-// K/V rows scattered into the sequences' pages (cuda_memory.h) and attention read through their
-// block tables (attention_paged.h). The block, per layer, as the CPU executor's:
+// The CUDA Executor (runtime/executor.h) on one GPU: a step runs rows of many sequences at once, every
+// matmul over all rows (one read of the weights per step), K/V rows scattered into the sequences' pages
+// (cuda_memory.h) and attention read through their block tables (attention_paged.h). Blocks, per layer,
+// as the CPU executor's:
 //
+//   dense Llama family:
 //   x = embd[tokens] * embd_scale
 //   h = rms_norm(x) -> q | k | v (+bias) -> [q/k norm] -> rope -> K/V rows into pages
 //   x += residual_scale * o_proj(paged attention(q))
 //   x += residual_scale * down(silu(gate(rms_norm(x))) * up(rms_norm(x)))
 //   logits[out_rows] = output(rms_norm(x[out_rows])) * logit_scale
+//
+//   hybrid Qwen3.5 (cuda_executor_hybrid.cpp; norms zero-centred, 1 + w):
+//   Gated DeltaNet: in_proj [Q|K|V | z | b | a] -> conv1d_silu_runs (each sequence's conv state from
+//     its memory entry) -> deltanet_step in runs mode (one launch for every sequence's rows; the state
+//     after each of a short run's tokens into the ring's entries, so truncate within the checkpoints
+//     is exact) or, for a prompt run of kDnChunkRows+ rows, deltanet_chunked on that sequence alone
+//     (its state after the run only) -> out_proj + residual
+//   gated attention: [q | k | v | gate] -> q/k norms, partial NeoX rope, K/V into pages -> paged
+//     attention -> * sigmoid(gate) -> o_proj + residual
+//   MoE: router -> top-k (renormalised) -> routed experts (+ the shared expert, a stacked slot or its
+//     own SwiGLU weighted by sigmoid(gate)): expert-slot GEMVs for GEMV steps, else the slots grouped
+//     by expert across the whole step (each chosen expert's weights read once per group of 8 rows)
+//   dense MLP (qwen35): SwiGLU
 //
 // Matmuls: a step of at most gemv_rows() rows takes the GEMV with the norm prologue and the bias /
 // residual / SwiGLU epilogues fused (gemv.h: weights streamed once for all rows); a larger step runs
@@ -60,7 +74,11 @@ struct CudaExecutorOptions {
 class CudaExecutor final : public Executor {
 public:
     static constexpr int kQuantGemvRows = 4;  // quantized models: steps of more rows take qmatmul
-    // Errors: a hybrid model (not yet on this executor), bad sizes, out of GPU memory.
+    // A prompt run of at least this many rows takes the chunked DeltaNet form (its state after the
+    // run only); shorter runs the token-by-token kernel with every token's state kept (up to the
+    // memory's checkpoints).
+    static constexpr int64_t kDnChunkRows = 32;
+    // Errors: bad sizes, out of GPU memory.
     static Expected<std::unique_ptr<CudaExecutor>> create(std::shared_ptr<const GpuModel> weights,
                                                           const CudaExecutorOptions& opt);
     ~CudaExecutor() override;
@@ -91,6 +109,24 @@ public:
 private:
     CudaExecutor(std::shared_ptr<const GpuModel> gm, const CudaExecutorOptions& opt, DType kv_type);
     Status init();
+    void hybrid_layer(int il, int64_t n, const CudaMemoryStorage& st, int64_t table_stride, int64_t max_kv);
+    void deltanet_block(const GpuHybridLayer& L, int r, int64_t n, const CudaMemoryStorage& st);
+    void gated_attention_block(const GpuHybridLayer& L, int64_t n, const KvView& kv, int64_t table_stride,
+                               int64_t max_kv);
+    void moe_block(const GpuHybridLayer& L, int64_t n);
+    // y = [gate | up] parts -> silu(gate) * up -> down of the layer input (x_ with the norm prologue
+    // in a GEMV step, else xn_), added to x_ when residual.
+    void swiglu_block(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, const float* norm, int64_t n,
+                      float* y, bool residual);
+    // y [n, width] = parts of the layer input: GEMVs of x_ with the norm prologue (n <= gemv_rows_),
+    // else matmuls of xn_ (the caller normed it).
+    void project(const std::vector<GpuPart>& parts, const float* norm, int64_t n, float* y, int64_t width);
+    // x_ += in W^T.
+    void out_residual(const GpuMatrix& w, const float* in, int64_t n);
+    // The step's recurrent bookkeeping (hybrid): per run its input entry, per row its output entry
+    // (staged with the inputs), and the runs the chunked form serves.
+    void plan_states(const SequenceMemory& mem, int32_t* run_row0, int32_t* run_conv_in, int32_t* run_rec_in,
+                     int32_t* row_state_out);
     // The step's inputs to the device (pinned half `half` -> io_); returns nothing, records stage_ev_.
     void stage(const Batch& b, const SequenceMemory& mem, int64_t table_stride);
     struct GraphKey;
@@ -116,11 +152,18 @@ private:
     const int32_t max_seqs_;
     const int64_t max_seq_tokens_;
     const DType kv_type_;
-    int64_t qkv_w_ = 0;       // q_dim + 2 * kv_dim
+    int64_t qkv_w_ = 0;       // q_dim + 2 * kv_dim (hybrid: max(w_dn_, w_at_))
+    int64_t ff_ = 0;
     int64_t max_blocks_ = 0;  // block-table entries of one sequence staged (smallest block size: 1)
     int gemv_rows_ = 1;
     int32_t block_tokens_ = 16;  // of the memory the current step runs on
     std::vector<SeqRun> runs_;   // [<= max_tokens] this step's sequences (capacity reserved)
+    // Per layer: its KV slot (attention layers) and recurrent slot (DeltaNet layers), -1 for neither.
+    std::vector<int> kv_slot_, rec_slot_;
+    bool hybrid_ = false;
+    // Hybrid steps: per run the state entries the chunked form copies from / into (-1: not chunked),
+    // and how many states each run commits.
+    std::vector<int32_t> chunk_in_, chunk_out_, n_states_;
     const bool use_graphs_;
     struct GraphKey {
         const void* kv;  // the memory's KV pages (a graph holds their addresses)
@@ -128,6 +171,7 @@ private:
         int64_t n, n_out, max_kv;
         int32_t block_tokens;
         bool fused_head;
+        int64_t n_runs;  // hybrid: the runs-mode DeltaNet grid (0 for dense models)
         bool operator==(const GraphKey&) const = default;
     };
     static constexpr size_t kMaxGraphs = 64;
@@ -137,13 +181,26 @@ private:
     DeviceBuffer scratch_;
     float* x_ = nullptr;       // [T, n_embd] residual stream
     float* xn_ = nullptr;      // [T, n_embd] normed rows
-    float* qkv_ = nullptr;     // [T, qkv_w_]
+    float* qkv_ = nullptr;     // [T, qkv_w_] (hybrid: the mixer's input projections)
     float* attn_ = nullptr;    // [T, q_dim]
     float* proj_ = nullptr;    // [T, n_embd]
-    float* gu_ = nullptr;      // [T, 2 * n_ff]
-    float* act_ = nullptr;     // [T, n_ff]
+    float* gu_ = nullptr;      // [T, 2 * ff_] (ff_: n_ff; hybrid: the widest dense / shared MLP)
+    float* act_ = nullptr;     // [T, ff_]
     float* tmp_ = nullptr;     // [T, widest split part]
     float* logits_ = nullptr;  // [T, n_vocab]
+    // Hybrid scratch (init_hybrid), T = max_batch_tokens, ko = experts per token incl. a stacked shared one.
+    int64_t w_dn_ = 0, w_at_ = 0;  // in_proj / qkvg output widths (qkv_ is [T, max of them])
+    float* conv_ = nullptr;        // [T, conv_dim]
+    float* core_ = nullptr;        // [T, value_dim]
+    float* router_ = nullptr;      // [T, n_expert + 1]
+    int32_t* eids_ = nullptr;      // [T, ko] expert ids
+    float* ewts_ = nullptr;        // [T, ko] expert weights
+    float* eact_ = nullptr;        // [T * ko, n_ff_expert] (GEMV steps)
+    float* eout_ = nullptr;        // [T * ko, n_embd]
+    float* sout_ = nullptr;        // [T, n_embd] shared expert output (not stacked)
+    int32_t *group_expert_ = nullptr, *slot_row_ = nullptr, *row_slot_ = nullptr;  // moe_group_slots
+    float *xg_ = nullptr, *eactg_ = nullptr, *eoutg_ = nullptr;                    // grouped rows
+    void* dn_ws_ = nullptr;        // deltanet_chunked scratch
     void* attn_ws_ = nullptr;
     size_t attn_ws_bytes_ = 0;
     int64_t max_seq_rows_ = 1;  // most rows of one sequence in the current step
@@ -152,10 +209,14 @@ private:
     bool fused_head_ = false;
     float* rope_table_ = nullptr;  // [max_seq_tokens, rope_dim]
     // Device inputs of a step (one copy from pinned memory): ids, pos, slot, row_table [T] int32,
-    // out_rows [T], tables [min(T, max_seqs), max_blocks_] (only the rows the step needs are copied).
+    // out_rows [T], the recurrent plan (run_row0 [T + 1], run_conv_in [T], run_rec_in [T],
+    // row_state_out [T]; hybrid models), tables [min(T, max_seqs), max_blocks_] (only the rows the
+    // step needs are copied).
+    static constexpr size_t kIoArrays = 9;  // [T] arrays before the tables (run_row0's extra one aside)
     DeviceBuffer io_;
     int32_t *ids_ = nullptr, *pos_ = nullptr, *slot_ = nullptr, *row_table_ = nullptr, *out_rows_ = nullptr,
             *tables_ = nullptr;
+    int32_t *run_row0_ = nullptr, *run_conv_in_ = nullptr, *run_rec_in_ = nullptr, *row_state_out_ = nullptr;
     size_t io_bytes_ = 0;
     PinnedHost pin_;  // two halves of io_bytes_
     int half_ = 0;

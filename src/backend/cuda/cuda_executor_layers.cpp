@@ -21,10 +21,12 @@ void CudaExecutor::forward(int64_t n, int64_t n_out, const CudaMemoryStorage& st
     get_rows(gm_->tok_embd(), gm_->tok_embd_type(), hp_.n_embd, gm_->tok_embd_row_bytes(), ids_,
              static_cast<int>(n), hp_.embd_scale, x_, stream_);
     for (int il = 0; il < hp_.n_layer; ++il) {
-        if (n <= gemv_rows_)
-            layer_gemv(il, static_cast<int>(n), st.kv(il), table_stride, max_kv);
+        if (hybrid_)
+            hybrid_layer(il, n, st, table_stride, max_kv);
+        else if (n <= gemv_rows_)
+            layer_gemv(il, static_cast<int>(n), st.kv(kv_slot_[static_cast<size_t>(il)]), table_stride, max_kv);
         else
-            layer_gemm(il, n, st.kv(il), table_stride, max_kv);
+            layer_gemm(il, n, st.kv(kv_slot_[static_cast<size_t>(il)]), table_stride, max_kv);
     }
     head(n_out);
 }
@@ -184,19 +186,21 @@ void CudaExecutor::layer_gemm(int il, int64_t n, const KvView& kv, int64_t table
 void CudaExecutor::head(int64_t n_out) {
     if (n_out == 0) return;
     const int64_t E = hp_.n_embd, V = hp_.n_vocab;
+    const bool zc = hybrid_;  // the hybrid stack's norms are zero-centred (1 + w)
     if (fused_head_) {
         GemvArgs h;
         h.x = x_;
         h.n_tok = static_cast<int>(n_out);
         h.norm_w = gm_->output_norm();
         h.norm_eps = hp_.rms_eps;
+        h.norm_one_plus = zc;
         h.scale = hp_.logit_scale;
         h.y = logits_;
         gemv(gm_->output(), h, stream_);
         return;
     }
     moe_gather_rows(x_, E, 1, out_rows_, nullptr, n_out, proj_, stream_);
-    rms_norm(proj_, gm_->output_norm(), xn_, n_out, E, hp_.rms_eps, false, stream_);
+    rms_norm(proj_, gm_->output_norm(), xn_, n_out, E, hp_.rms_eps, zc, stream_);
     if (n_out <= gemv_rows_) {
         GemvArgs h;
         h.x = xn_;

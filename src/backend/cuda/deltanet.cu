@@ -158,6 +158,17 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
     const int kh = p.v_tiled ? h % p.n_k_heads : h / ratio;
     const int64_t key_dim = int64_t{p.n_k_heads} * D, value_dim = int64_t{p.n_v_heads} * D;
     const int64_t conv_dim = 2 * key_dim + value_dim;
+    // Runs mode (DeltaNetStepArgs::run_row0): this CTA's run is blockIdx.y; its rows start at row0.
+    int row0 = 0, n_tok = p.n_tok;
+    const float* s_src = p.state;  // the state read (runs mode: the run's input entry)
+    if (K == 0 && p.run_row0 != nullptr) {
+        const int run = static_cast<int>(blockIdx.y);
+        const int e_in = p.run_state_in[run];
+        if (e_in < 0) return;  // served elsewhere (the whole CTA leaves before any barrier)
+        row0 = p.run_row0[run];
+        n_tok = p.run_row0[run + 1] - row0;
+        s_src = p.state + int64_t{e_in} * p.state_stride;
+    }
     const float* in_rows = K > 0 ? p.conv_in : p.conv_out;  // [n_tok rows] of Q|K|V (before / after the conv)
     const int64_t conv_stride =
         K > 0 ? (p.conv_in_stride ? p.conv_in_stride : conv_dim) : (p.conv_stride ? p.conv_stride : conv_dim);
@@ -180,10 +191,10 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
     // The state was last written by this layer's previous step (or the chunked prompt pass, or a
     // reset), at least two launches back (the conv kernel runs in between): pdl.cuh allows reading it
     // before the wait, so its 64 KiB per head stream in while the conv kernel finishes.
-    float* s_col = p.state + int64_t{h} * D * D + int64_t{grp} * RPT * D + j;  // S[h][RPT grp][j] (owners)
-    float S[RPT];                                                              // S[i] = S[h][RPT grp + i][j]
+    const int64_t s_off = int64_t{h} * D * D + int64_t{grp} * RPT * D + j;  // S[h][RPT grp][j] (owners)
+    float S[RPT];                                                         // S[i] = S[h][RPT grp + i][j]
 #pragma unroll
-    for (int i = 0; i < RPT; ++i) S[i] = owns ? __ldcg(s_col + int64_t{i} * D) : 0.0f;
+    for (int i = 0; i < RPT; ++i) S[i] = owns ? __ldcg(s_src + s_off + int64_t{i} * D) : 0.0f;
     // The folded conv: this thread's channels' weights and last K - 1 inputs (the conv state, written
     // by this layer's previous step at least two launches back: read before the wait, like S).
     constexpr int KW = K > 0 ? K : 2;
@@ -208,19 +219,20 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
     // This thread's inputs of token t, loaded one token ahead of their use.
     float n_qk = 0.0f, n_v = 0.0f, n_z = 0.0f, n_a = 0.0f, n_b = 0.0f;
     const auto load = [&](int t) {
-        const float* row = in_rows + t * conv_stride;
+        const int64_t r = row0 + t;
+        const float* row = in_rows + r * conv_stride;
         n_qk = has_qk ? row[qk_col] : 0.0f;
         n_v = owns ? row[v_col] : 0.0f;
-        n_z = grp == 0 ? p.z[t * z_stride + hj] : 0.0f;
-        n_a = p.a[t * a_stride + h];
-        n_b = p.b[t * b_stride + h];
+        n_z = grp == 0 ? p.z[r * z_stride + hj] : 0.0f;
+        n_a = p.a[r * a_stride + h];
+        n_b = p.b[r * b_stride + h];
     };
     load(0);
 
-    for (int t = 0; t < p.n_tok; ++t) {
+    for (int t = 0; t < n_tok; ++t) {
         float x_qk = n_qk, x_v = n_v;
         const float x_z = n_z, x_a = n_a, x_b = n_b;
-        if (t + 1 < p.n_tok) load(t + 1);
+        if (t + 1 < n_tok) load(t + 1);
         if constexpr (K > 0) {
             x_qk = conv_fold_apply<K>(cw_qk, hist_qk, x_qk);
             x_v = conv_fold_apply<K>(cw_v, hist_v, x_v);
@@ -266,6 +278,14 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
         // Pass 2: S <- S decay + k d^T; partial o_j = (S_new^T q)_j.
         const float po = dn::update_partial_o<RPT>(S, kr, qr, delta, decay);
         if (owns) red_o[grp][j] = po;
+        if (K == 0 && p.row_state_out != nullptr && owns) {  // runs mode: the state after this token
+            const int e_out = p.row_state_out[row0 + t];
+            if (e_out >= 0) {
+                float* dst = p.state + int64_t{e_out} * p.state_stride + s_off;
+#pragma unroll
+                for (int i = 0; i < RPT; ++i) dst[int64_t{i} * D] = S[i];
+            }
+        }
         __syncthreads();  // B4
 
         // Gated RMSNorm over the head's D outputs (row group 0 = warps [0, G)).
@@ -281,13 +301,14 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
             float tot = 0.0f;
 #pragma unroll
             for (int w = 0; w < G; ++w) tot += red_n[w];
-            p.out[t * out_stride + hj] = dn::gated_out(norm_w, o, tot, D, p.eps, x_z);
+            p.out[(row0 + t) * out_stride + hj] = dn::gated_out(norm_w, o, tot, D, p.eps, x_z);
         }
     }
 
-    if (owns) {
+    if (owns && !(K == 0 && p.run_row0 != nullptr)) {
+        float* dst = p.state + s_off;
 #pragma unroll
-        for (int i = 0; i < RPT; ++i) s_col[int64_t{i} * D] = S[i];
+        for (int i = 0; i < RPT; ++i) dst[int64_t{i} * D] = S[i];
     }
     if constexpr (K > 0) {  // the new conv state: Q/K channels by rank 0 once all ranks have read them
         if (ratio > 1) cg::this_cluster().barrier_wait();  // every CTA of the cluster has read the old state
@@ -383,9 +404,10 @@ void launch_step_conv(const DeltaNetStepArgs& a, cudaStream_t stream) {
 }
 
 void deltanet_step(const DeltaNetStepArgs& a, cudaStream_t stream) {
-    if (a.n_tok <= 0) return;
+    if (a.n_tok <= 0 && a.run_row0 == nullptr) return;
     dn::check_step_args(a, "deltanet_step");
     if (a.conv_in != nullptr) {
+        if (a.run_row0) bad_args("deltanet_step", "the folded conv does not take runs");
         if (!a.conv_w || !a.conv_state) bad_args("deltanet_step", "conv_in without conv_w / conv_state");
         if (!deltanet_conv_fold_supported(a.conv_kernel, a.n_k_heads, a.n_v_heads, a.d_k))
             bad_args("deltanet_step", "the folded conv is not supported for these shapes (deltanet.h)");
@@ -403,8 +425,13 @@ void deltanet_step(const DeltaNetStepArgs& a, cudaStream_t stream) {
                 return launch_step_conv<128>(a, stream);
         }
     }
-    if (deltanet_step_split(a, stream)) return;
-    const dim3 grid(static_cast<unsigned>(a.n_v_heads));
+    if (a.run_row0 != nullptr) {
+        if (a.n_runs <= 0 || a.n_runs > 65535 || !a.run_state_in || !a.row_state_out || a.state_stride <= 0)
+            bad_args("deltanet_step", "runs mode needs 1..65535 runs, run_state_in, row_state_out, a stride");
+    } else if (deltanet_step_split(a, stream)) {
+        return;
+    }
+    const dim3 grid(static_cast<unsigned>(a.n_v_heads), a.run_row0 ? static_cast<unsigned>(a.n_runs) : 1u);
     switch (a.d_k) {
         case 16:
             return launch_pdl(deltanet_step_kernel<16, 0>, grid, dim3(StepCfg<16>::kThreads), 0, stream, a);

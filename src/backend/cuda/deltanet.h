@@ -85,6 +85,19 @@ struct DeltaNetStepArgs {
     // before the PDL wait (the one-CTA-per-head kernel only). Never changes a result; nullptr: none.
     const void* l2_next = nullptr;
     size_t l2_next_bytes = 0;
+    // Optional (the executors): the rows of many sequences in one launch. When run_row0 is set, the
+    // launch covers n_runs runs (n_tok is not read): run r's tokens are rows run_row0[r] ..
+    // run_row0[r + 1] - 1 of every row-indexed input and of out (one sequence's consecutive tokens);
+    // its state is read from state + run_state_in[r] * state_stride (run_state_in[r] < 0: the run is
+    // skipped, e.g. a prompt run the chunked form serves), and the state after the token of row i is
+    // written to state + row_state_out[i] * state_stride when row_state_out[i] >= 0 (the last row of
+    // every run that is not skipped must have one; an entry is never both read and written by one
+    // launch). All three arrays are device int32 that no kernel of the step writes. Not with conv_in.
+    const int32_t* run_row0 = nullptr;       // [n_runs + 1]
+    const int32_t* run_state_in = nullptr;   // [n_runs]
+    const int32_t* row_state_out = nullptr;  // [rows]
+    int64_t state_stride = 0;                // floats between state entries
+    int n_runs = 0;
 };
 void deltanet_step(const DeltaNetStepArgs& args, cudaStream_t stream);
 // Whether deltanet_step can fold the conv in for these shapes: conv kernel 4, d_k = d_v in {16, 32, 64,
@@ -106,5 +119,29 @@ void deltanet_set_split(int mode);
 // be zeroed; overwritten; must not overlap the arguments' buffers).
 size_t deltanet_chunk_scratch_bytes(int64_t n_tok, int64_t n_v_heads, int64_t d);
 void deltanet_chunked(const DeltaNetStepArgs& args, void* scratch, cudaStream_t stream);
+
+// conv1d_silu over the rows of many sequences at once (the executors). Row i (of n_rows) belongs to
+// run row_run[i], whose rows are run_row0[run] .. run_row0[run + 1] - 1 (consecutive tokens of one
+// sequence) and whose conv state before its first row is entry run_state_in[run] (>= 0):
+// [kernel - 1, n_ch] at state + entry * state_stride. Output row i is conv1d_silu's output for that
+// token (same order of operations, bit for bit); when row_state_out[i] >= 0 the conv state after row i
+// (the run's last kernel - 1 inputs up to it) is written to that entry. An entry is never both read and
+// written by one launch. Index arrays: device int32. kernel in 2..8; y [n_rows, n_ch] contiguous.
+struct ConvRunsArgs {
+    const float* x = nullptr;  // [n_rows rows, x_stride floats apart; the first n_ch columns used]
+    int64_t x_stride = 0;
+    int n_rows = 0;
+    int64_t n_ch = 0;
+    int kernel = 0;
+    const float* w = nullptr;  // [n_ch, kernel]
+    const int32_t* row_run = nullptr;        // [n_rows]
+    const int32_t* run_row0 = nullptr;       // [runs + 1]
+    const int32_t* run_state_in = nullptr;   // [runs]
+    const int32_t* row_state_out = nullptr;  // [n_rows]
+    float* state = nullptr;
+    int64_t state_stride = 0;  // floats between entries
+    float* y = nullptr;
+};
+void conv1d_silu_runs(const ConvRunsArgs& a, cudaStream_t stream);
 
 }  // namespace pelican::cuda
