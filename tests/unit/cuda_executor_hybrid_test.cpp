@@ -29,10 +29,11 @@ namespace {
 
 using test::HybridSpec;
 
-// The GPU kernels take DeltaNet heads of 16, 32, 64 or 128.
+// The GPU kernels take DeltaNet heads of 16, 32, 64 or 128 and attention heads of 64, 128 or 256.
 HybridSpec gpu_spec(int variant) {
     HybridSpec s;
     s.dk = s.dv = 16;
+    s.head_dim = 64;
     s.nk = 2;
     s.nv = 4;
     s.n_embd = 64;
