@@ -117,9 +117,12 @@ Expected<BatchBenchResult> run_batch_bench(const Engine& engine, const BatchBenc
         return make_error("bench --batch: -p + -n + 1 = {} exceeds the model's context of {}", ctx,
                           engine.n_ctx_train());
     const int32_t max_b = *std::max_element(p.batches.begin(), p.batches.end());
-    PELICAN_ASSIGN(
-        std::unique_ptr<Executor> exec,
-        create_executor(engine, {.max_batch_tokens = p.n_batch, .max_seqs = max_b, .max_seq_tokens = ctx}));
+    // The pool-size probe (bytes_per_position) makes memories of one block: the executor must take a
+    // sequence of a block's positions even when -p + -n + 1 is shorter.
+    PELICAN_ASSIGN(std::unique_ptr<Executor> exec,
+                   create_executor(engine, {.max_batch_tokens = p.n_batch,
+                                            .max_seqs = max_b,
+                                            .max_seq_tokens = std::max<int64_t>(ctx, p.block_tokens)}));
     PELICAN_ASSIGN(std::unique_ptr<ThreadPool> pool, ThreadPool::create(p.n_threads));
     PELICAN_ASSIGN(const double per_pos, bytes_per_position(*exec, p.block_tokens));
     const std::vector<int32_t> ids = plain_token_ids(engine);

@@ -67,6 +67,19 @@ TEST(BatchBench, OneRowPerBatchSizeWithItsTokensAndPool) {
     EXPECT_NE(batch_bench_table(*r).find("S_tg"), std::string::npos);
 }
 
+// A context shorter than one KV block (-p 2 -n 2, blocks of 16) still runs.
+TEST(BatchBench, ContextShorterThanABlock) {
+    BatchBenchParams p;
+    p.batches = {2};
+    p.n_prompt = 2;
+    p.n_gen = 2;
+    p.n_threads = 2;
+    auto r = run_batch_bench(engine(), p);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->rows.size(), 1u);
+    EXPECT_EQ(r->rows[0].kv_capacity_tokens, 2 * 16);
+}
+
 TEST(BatchBench, ASmallPoolPreempts) {
     BatchBenchParams p;
     p.batches = {6};

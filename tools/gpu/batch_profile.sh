@@ -27,7 +27,7 @@ NTG=${NTG:-64}
 MODEL_DIR=${MODEL_DIR:-/tmp/pelican-models}
 say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
-if [ -z "${BUILD_TARGETS+x}" ] && [ -z "${TESTS:-}" ]; then export BUILD_TARGETS=pelican; fi
+if [ -z "${BUILD_TARGETS+x}" ] && [ -z "${TESTS:-}" ]; then export BUILD_TARGETS="pelican pelican_cuda"; fi
 say "build + models"
 BUDGET_S=400 TYPES="$TYPES" DEPTHS="" OUT="$OUT/check" tools/gpu/check.sh build models >"$OUT/prof-check.log" 2>&1
 tail -4 "$OUT/prof-check.log"
@@ -64,19 +64,24 @@ for r in sorted(rows, key=lambda r: -float(r[ti]))[:22]:
     print(f"{float(r[ti]) / 1e6:9.2f} ms {100 * float(r[ti]) / tot:5.1f}% {int(r[ci]):7d}x  {r[ni][:110]}")
 PY
     elif [ -n "$NCU" ]; then
-      say "ncu: pelican ${args[*]} (-n 4)"
+      # Kernels NCU_SKIP .. NCU_SKIP + NCU_COUNT - 1 (the warm-up run and the measured prefill skipped: about one
+      # decode step of the measured run at 600-700 kernels per step), GEMV autotuning off (it would time every
+      # variant under the profiler).
+      say "ncu: pelican ${args[*]} (-n 4; kernels ${NCU_SKIP:-3300}+${NCU_COUNT:-700})"
       args=(bench --device cuda -m "$f" --batch "$b" -p "$NPP" -n 4)
-      timeout -k 10 300 "$NCU" --metrics gpu__time_duration.sum --csv "$PELICAN" "${args[@]}" >"$log" 2>&1
+      PELICAN_GEMV_AUTOTUNE=0 timeout -k 10 200 "$NCU" --metrics gpu__time_duration.sum --csv \
+        --launch-skip "${NCU_SKIP:-3300}" --launch-count "${NCU_COUNT:-700}" "$PELICAN" "${args[@]}" >"$log" 2>&1
       python3 - "$log" <<'PY'
 import csv, sys, collections
 acc = collections.Counter(); cnt = collections.Counter()
 for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"')):
     if len(r) > 14 and r[-3] == "gpu__time_duration.sum":
         v = float(r[-1].replace(",", "")); u = r[-2]
-        acc[r[4][:100]] += v * (1e-3 if u == "nsecond" else 1.0 if u == "usecond" else 1e3); cnt[r[4][:100]] += 1
+        acc[r[4][:100]] += v * (1e-3 if u in ("ns", "nsecond") else 1.0 if u in ("us", "usecond") else 1e3)
+        cnt[r[4][:100]] += 1
 tot = sum(acc.values())
 print(f"{tot / 1e3:.1f} ms of kernels")
-for k, v in acc.most_common(22): print(f"{v / 1e3:9.2f} ms {100 * v / tot:5.1f}% {cnt[k]:6d}x {k}")
+for k, v in acc.most_common(30): print(f"{v / 1e3:9.3f} ms {100 * v / tot:5.1f}% {cnt[k]:6d}x {k}")
 PY
     fi
   done
