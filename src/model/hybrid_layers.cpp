@@ -10,7 +10,7 @@ void HybridForward::deltanet(int il, int64_t n, ThreadPool& pool) {
     const DeltaNetWeights& W = w_.layers[static_cast<size_t>(il)].linear;
     const int slot = rec_index_[static_cast<size_t>(il)];
     blocks_->deltanet_project(W, xn_.data(), n, pool);
-    blocks_->deltanet_core(W, 0, n, state_.conv(slot), state_.ssm(slot), /*chunked=*/n > 1);
+    blocks_->deltanet_core(W, 0, n, state_.conv(slot), state_.ssm(slot), /*chunked=*/n > 1, pool);
     blocks_->deltanet_finish(W, n, proj_.data(), pool);
 }
 

@@ -63,7 +63,7 @@ private:
     // This step's K/V rows k_ / v_ into attention layer `slot`'s pages, then paged attention of q -> out.
     void paged_attention(int slot, const float* q, float* out, CpuMemoryStorage& kv,
                          const SequenceMemory& mem, ThreadPool& pool);
-    void deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemory& mem);
+    void deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemory& mem, ThreadPool& pool);
     void head(const Batch& b, const StepOutputs& out, ThreadPool& pool);
     void tap(std::string_view name, int layer, int64_t n, int64_t width, const float* data) const {
         if (tap_) tap_(TapInfo{name, layer, tap_pos0_, n, width, data});

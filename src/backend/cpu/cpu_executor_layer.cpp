@@ -66,7 +66,7 @@ void CpuExecutor::paged_attention(int slot, const float* q, float* out, CpuMemor
                     ap, out, pool);
 }
 
-void CpuExecutor::deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemory& mem) {
+void CpuExecutor::deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemory& mem, ThreadPool& pool) {
     const DeltaNetWeights& W = model_.hybrid_weights()->layers[static_cast<size_t>(il)].linear;
     const int r = rec_slot_[static_cast<size_t>(il)];
     const CpuMemoryShape& sh = st.shape();
@@ -77,14 +77,14 @@ void CpuExecutor::deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemo
         if (n_states_[i] == 1 && run.n > 1) {  // a prefill chunk: chunked form, the last state kept
             const int32_t dst = mem.state_write_entry(run.seq, 0);
             std::memcpy(st.conv(r, dst), st.conv(r, read), entry_bytes);
-            blocks_->deltanet_core(W, run.row0, run.n, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/true);
+            blocks_->deltanet_core(W, run.row0, run.n, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/true, pool);
             continue;
         }
         for (int64_t t = 0; t < run.n; ++t) {  // token by token, a state per token
             const int32_t src = t == 0 ? read : mem.state_write_entry(run.seq, static_cast<int32_t>(t - 1));
             const int32_t dst = mem.state_write_entry(run.seq, static_cast<int32_t>(t));
             std::memcpy(st.conv(r, dst), st.conv(r, src), entry_bytes);
-            blocks_->deltanet_core(W, run.row0 + t, 1, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/false);
+            blocks_->deltanet_core(W, run.row0 + t, 1, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/false, pool);
         }
     }
 }
@@ -101,7 +101,7 @@ void CpuExecutor::hybrid_layer(int il, int64_t n, CpuMemoryStorage& st, const Se
         blocks_->attention_finish(L.attn, n, proj_, pool);
     } else {
         blocks_->deltanet_project(L.linear, xn_, n, pool);
-        deltanet_runs(il, st, mem);
+        deltanet_runs(il, st, mem, pool);
         blocks_->deltanet_finish(L.linear, n, proj_, pool);
     }
     tap("attn_out", il, n, e, proj_);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/deltanet_cpu.h"
 #include "ops/ops_qwen35.h"
 
 namespace pelican::cpu {
@@ -35,7 +36,7 @@ void HybridBlocks::deltanet_project(const DeltaNetWeights& W, const float* xn, i
 }
 
 void HybridBlocks::deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t n, float* conv_state,
-                                 float* ssm_state, bool chunked) {
+                                 float* ssm_state, bool chunked, ThreadPool& pool) {
     const DeltaNetShape& s = hy_.linear;
     const int64_t cd = s.conv_dim(), kd = s.key_dim(), vd = s.value_dim(), nv = s.n_v_heads;
     float* co = conv_out_.data() + row0 * cd;
@@ -57,10 +58,7 @@ void HybridBlocks::deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t
     ref::deltanet_gates(a_.data() + row0 * nv, b_.data() + row0 * nv, W.a_log, W.dt_bias, n,
                         static_cast<int>(nv), g, beta);
     float* out = core_.data() + row0 * vd;
-    if (chunked)
-        ref::gated_delta_rule_chunked(q, k, v, g, beta, n, s, ssm_state, out, 64);
-    else
-        ref::gated_delta_rule_recurrent(q, k, v, g, beta, n, s, ssm_state, out);
+    gated_delta_rule(q, k, v, g, beta, n, s, ssm_state, out, chunked, pool);
 }
 
 void HybridBlocks::deltanet_finish(const DeltaNetWeights& W, int64_t n, float* out, ThreadPool& pool) {

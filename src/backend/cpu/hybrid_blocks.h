@@ -26,7 +26,7 @@ public:
     // (conv [kernel-1, conv_dim], ssm [n_v_heads, d_k, d_v]) is updated in place. chunked: the
     // 64-token chunked form (prefill), else token by token (equal up to rounding).
     void deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t n, float* conv_state, float* ssm_state,
-                       bool chunked);
+                       bool chunked, ThreadPool& pool);
     // Gated norm and output projection of rows 0..n-1 -> out [n, n_embd].
     void deltanet_finish(const DeltaNetWeights& W, int64_t n, float* out, ThreadPool& pool);
 

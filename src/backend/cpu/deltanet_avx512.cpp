@@ -1,0 +1,9 @@
+// The delta-rule kernels of deltanet_kernels.h compiled for AVX-512 (deltanet_cpu.h).
+#include "backend/cpu/deltanet_kernels.h"
+
+namespace pelican::cpu::detail {
+
+void dn_recurrent_head_avx512(const DnHead& h) { dn_recurrent_head(h); }
+void dn_chunked_head_avx512(const DnHead& h, float* scratch) { dn_chunked_head(h, scratch); }
+
+}  // namespace pelican::cpu::detail

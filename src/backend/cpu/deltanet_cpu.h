@@ -1,0 +1,44 @@
+// The Gated DeltaNet's delta rule on the CPU (the hybrid Qwen3.5 hot path): the same functions as
+// ref::gated_delta_rule_recurrent / ref::gated_delta_rule_chunked (ops/ops_qwen35.h: shapes, formulas),
+// in fp32 with the inner loops over contiguous value / key columns (AVX-512 when active, portable C++
+// otherwise), the value heads split over the pool. Results equal the references up to fp32 rounding
+// (the references sum in double). Scratch is per thread, grown on first use (no allocation after).
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "ops/ops_qwen35.h"
+
+namespace pelican::cpu {
+
+// q, k [n_tok, n_k_heads, d_k] (L2-normed, q scaled), v [n_tok, n_v_heads, d_v], g, beta [n_tok, n_v_heads],
+// state [n_v_heads, d_k, d_v] (in/out), out [n_tok, n_v_heads, d_v]. chunked: the chunk-of-64 (WY) form
+// for prompts, else token by token.
+void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                      int64_t n_tok, const DeltaNetShape& s, float* state, float* out, bool chunked,
+                      ThreadPool& pool);
+
+namespace detail {
+
+// One value head: token t's q / k at q + t * qk_stride (the head's key head), v / out rows v_stride /
+// out_stride apart, g / beta gb_stride apart; S [d_k, d_v].
+struct DnHead {
+    const float *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
+    int64_t qk_stride = 0, v_stride = 0, gb_stride = 0, out_stride = 0;
+    float* out = nullptr;
+    float* S = nullptr;
+    int dk = 0, dv = 0;
+    int64_t n_tok = 0;
+};
+inline constexpr int kDnChunk = 64;
+// Floats of one thread's scratch for heads of d_k, d_v.
+inline int64_t dn_scratch_floats(int dk, int dv) {
+    const int64_t C = kDnChunk;
+    return C * dk + 2 * C * C + C * dv * 2 + C * dk + dv + 64;
+}
+void dn_recurrent_head_avx512(const DnHead& h);
+void dn_chunked_head_avx512(const DnHead& h, float* scratch);
+
+}  // namespace detail
+}  // namespace pelican::cpu
