@@ -127,6 +127,10 @@ void silu(const float* x, float* y, int64_t n);
 void gelu_tanh(const float* x, float* y, int64_t n);
 void gelu_erf(const float* x, float* y, int64_t n);
 void swiglu(const float* gate, const float* up, float* y, int64_t n);
+// x[i] *= sigmoid(gate[i]) (as ref::sigmoid_gate_mul, in fp32).
+void sigmoid_mul(float* x, const float* gate, int64_t n);
+// sum of x[i]^2 in fp32 (16 partial sums).
+float sum_squares(const float* x, int64_t n);
 void add(const float* a, const float* b, float* y, int64_t n);
 void mul(const float* a, const float* b, float* y, int64_t n);
 void scale(const float* x, float s, float* y, int64_t n);

@@ -117,6 +117,23 @@ void swiglu(const float* gate, const float* up, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void sigmoid_mul(float* x, const float* gate, int64_t n) {
+    if (use_avx512()) return detail::sigmoid_mul_avx512(x, gate, n);
+    for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-gate[i]));
+}
+
+float sum_squares(const float* x, int64_t n) {
+    if (use_avx512()) return detail::sum_squares_avx512(x, n);
+    float part[16] = {};  // 16 partial sums: the loop vectorises without reassociating one sum
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; ++j) part[j] += x[i + j] * x[i + j];
+    for (; i < n; ++i) part[0] += x[i] * x[i];
+    float s = 0.0f;
+    for (float p : part) s += p;
+    return s;
+}
+
 void add(const float* a, const float* b, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }

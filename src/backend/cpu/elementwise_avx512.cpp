@@ -79,6 +79,24 @@ void swiglu_avx512(const float* gate, const float* up, float* y, int64_t n) {
     }
 }
 
+void sigmoid_mul_avx512(float* x, const float* gate, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        const __m512 e = avx512::exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(k, gate + i)));
+        _mm512_mask_storeu_ps(x + i, k, _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_add_ps(one, e)));
+    }
+}
+
+float sum_squares_avx512(const float* x, int64_t n) {
+    __m512 ss = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
+        ss = _mm512_fmadd_ps(v, v, ss);
+    }
+    return _mm512_reduce_add_ps(ss);
+}
+
 void gelu_tanh_avx512(const float* x, float* y, int64_t n) {
     const __m512 k0 = _mm512_set1_ps(0.7978845608028654f), k1 = _mm512_set1_ps(0.044715f);
     const __m512 m2 = _mm512_set1_ps(-2.0f), one = _mm512_set1_ps(1.0f);

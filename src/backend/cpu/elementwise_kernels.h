@@ -11,6 +11,10 @@ void rms_norm_row_avx512(const float* x, const float* w, float* y, int64_t n, fl
 void softmax_row_avx512(float* x, int64_t n);
 void silu_avx512(const float* x, float* y, int64_t n);
 void swiglu_avx512(const float* gate, const float* up, float* y, int64_t n);
+// x *= sigmoid(gate) over n.
+void sigmoid_mul_avx512(float* x, const float* gate, int64_t n);
+// Sum of squares of n floats.
+float sum_squares_avx512(const float* x, int64_t n);
 void gelu_tanh_avx512(const float* x, float* y, int64_t n);
 
 }  // namespace pelican::cpu::detail

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/deltanet_cpu.h"
+#include "backend/cpu/qwen35_ops.h"
 #include "ops/ops_qwen35.h"
 
 namespace pelican::cpu {
@@ -40,7 +41,7 @@ void HybridBlocks::deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t
     const DeltaNetShape& s = hy_.linear;
     const int64_t cd = s.conv_dim(), kd = s.key_dim(), vd = s.value_dim(), nv = s.n_v_heads;
     float* co = conv_out_.data() + row0 * cd;
-    ref::causal_conv1d_silu(qkv_.data() + row0 * cd, n, cd, hy_.conv_kernel, W.conv, conv_state, co);
+    causal_conv1d_silu(qkv_.data() + row0 * cd, n, cd, hy_.conv_kernel, W.conv, conv_state, co);
     float* q = lq_.data() + row0 * kd;
     float* k = lk_.data() + row0 * kd;
     float* v = lv_.data() + row0 * vd;
@@ -50,12 +51,12 @@ void HybridBlocks::deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t
         std::copy(c + kd, c + 2 * kd, k + t * kd);
         std::copy(c + 2 * kd, c + cd, v + t * vd);
     }
-    ref::l2norm(q, n * s.n_k_heads, s.d_k);
-    ref::l2norm(k, n * s.n_k_heads, s.d_k);
+    l2norm(q, n * s.n_k_heads, s.d_k);
+    l2norm(k, n * s.n_k_heads, s.d_k);
     scale(q, 1.0f / std::sqrt(static_cast<float>(s.d_k)), q, n * kd);
     float* g = g_.data() + row0 * nv;
     float* beta = beta_.data() + row0 * nv;
-    ref::deltanet_gates(a_.data() + row0 * nv, b_.data() + row0 * nv, W.a_log, W.dt_bias, n,
+    deltanet_gates(a_.data() + row0 * nv, b_.data() + row0 * nv, W.a_log, W.dt_bias, n,
                         static_cast<int>(nv), g, beta);
     float* out = core_.data() + row0 * vd;
     gated_delta_rule(q, k, v, g, beta, n, s, ssm_state, out, chunked, pool);
@@ -63,7 +64,7 @@ void HybridBlocks::deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t
 
 void HybridBlocks::deltanet_finish(const DeltaNetWeights& W, int64_t n, float* out, ThreadPool& pool) {
     const DeltaNetShape& s = hy_.linear;
-    ref::rms_norm_gated(core_.data(), z_.data(), W.norm, core_.data(), n * s.n_v_heads, s.d_v, hp_.rms_eps);
+    rms_norm_gated(core_.data(), z_.data(), W.norm, core_.data(), n * s.n_v_heads, s.d_v, hp_.rms_eps);
     matmul(W.out, core_.data(), n, out, pool);
 }
 
@@ -84,7 +85,7 @@ void HybridBlocks::attention_project(const GatedAttentionWeights& W, const float
 }
 
 void HybridBlocks::attention_finish(const GatedAttentionWeights& W, int64_t n, float* out, ThreadPool& pool) {
-    ref::sigmoid_gate_mul(attn_.data(), gate_.data(), n * hp_.q_dim());
+    sigmoid_mul(attn_.data(), gate_.data(), n * hp_.q_dim());
     matmul(W.wo, attn_.data(), n, out, pool);
 }
 
