@@ -116,15 +116,14 @@ private:
     void attention_layer(const GpuHybridLayer& L, int slot, int n, const int32_t* pos);
     // chunk: a prompt chunk of up to chunk_ tokens (GEMMs through mm_ for the router, the shared
     // expert and the dense MLP; the routed experts in expert-slot GEMVs as in a micro-batch).
-    void moe_block(const GpuHybridLayer& L, int n, bool chunk = false, const GpuHybridLayer* next = nullptr);
+    void moe_block(const GpuHybridLayer& L, int n, bool chunk = false);
     bool fused_router_ok(const GpuHybridLayer& L) const;
     // The whole decode MoE block in one kernel (moe_fused.h): fused_moe_check = the fused router's
     // conditions, the shared expert stacked, and moe_fused_use (a supported type pair and shape where it
     // is the faster), evaluated once per layer at creation into fused_moe_layers_; fused_moe_ok looks it up.
     bool fused_moe_check(const GpuHybridLayer& L) const;
     bool fused_moe_ok(const GpuHybridLayer& L) const;
-    // next: the layer after L (its first projection's weights are hinted into L2 with PELICAN_L2_NEXT=1).
-    void moe_fused_block(const GpuHybridLayer& L, const GpuHybridLayer* next);
+    void moe_fused_block(const GpuHybridLayer& L);
     // The routed experts of n tokens x ko slots: slot-wise GEMVs (eact_, eout_), or for prompt chunks
     // grouped by expert (xg_, eactg_, eoutg_; slot s at row slot_row_[s]).
     void moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk, bool fused_combine = false);

@@ -73,15 +73,6 @@ static bool fused_combine_enabled() {
     return on;
 }
 
-// PELICAN_L2_NEXT=1: latency-bound decode kernels hint the weights of a later kernel into L2 (the
-// DeltaNet step: the layer's out projection; the fused MoE block: the next layer's first projection).
-// Off by default: measured slower on the H200 (35B-A3B Q4_0 587.2 against 605.7 tok/s, session 9).
-static bool l2_next_enabled() {
-    static const bool on = env_switch_set("PELICAN_L2_NEXT");
-    return on;
-}
-static constexpr size_t kL2NextMaxBytes = size_t{24} << 20;  // at most about half the H200's L2
-
 void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n) {
     const HybridHParams& hy = *hp_.hybrid;
     const int64_t cd = hy.linear.conv_dim();
@@ -98,10 +89,6 @@ void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n)
         d.conv_kernel = hy.conv_kernel;
     } else {
         conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
-    }
-    if (n == 1 && l2_next_enabled() && L.linear.out.bytes <= kL2NextMaxBytes) {
-        d.l2_next = L.linear.out.data;
-        d.l2_next_bytes = L.linear.out.bytes;
     }
     deltanet_step(d, stream_);
     // x += W_out core
@@ -192,7 +179,7 @@ bool CudaHybridForward::fused_moe_check(const GpuHybridLayer& L) const {
 
 // One token: router, top-k, the chosen and the shared experts' gate/up and down rows and the combine,
 // x += MoE(rms_norm_zc(x)), in one kernel.
-void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L, const GpuHybridLayer* next) {
+void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L) {
     const HybridHParams& hy = *hp_.hybrid;
     const GpuMatrix& r = L.moe.router[0].m;
     MoeFusedArgs a;
@@ -214,23 +201,12 @@ void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L, const GpuHybrid
     a.weights = wts_;
     a.act = eact_;
     a.barrier = moe_bar_;
-    if (next != nullptr && l2_next_enabled()) {
-        const std::vector<GpuPart>& parts = next->full_attention ? next->attn.qkvg : next->linear.in_proj;
-        size_t total = 0;
-        for (size_t i = 0; i < parts.size() && i < static_cast<size_t>(kMoeFusedNextRanges); ++i) {
-            const GpuMatrix& m = parts[i].m;
-            if (m.data == nullptr || total + m.bytes > kL2NextMaxBytes) break;
-            a.l2_next[i] = m.data;
-            a.l2_next_bytes[i] = m.bytes;
-            total += m.bytes;
-        }
-    }
     moe_fused_decode(a, stream_);
 }
 
-void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk, const GpuHybridLayer* next) {
+void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
     if (n == 1 && !chunk && fused_moe_ok(L)) {
-        moe_fused_block(L, next);
+        moe_fused_block(L);
         return;
     }
     const HybridHParams& hy = *hp_.hybrid;
@@ -452,7 +428,7 @@ void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* 
         else
             deltanet_layer(L, rec_slot_[static_cast<size_t>(il)], n);
         if (moe)
-            moe_block(L, n, false, il + 1 < hp_.n_layer ? &gm_->hybrid_layer(il + 1) : nullptr);
+            moe_block(L, n);
         else
             mlp_block(L, n);
     }

@@ -14,7 +14,6 @@
 #include "backend/cuda/deltanet.h"
 #include "backend/cuda/deltanet_impl.cuh"
 #include "backend/cuda/device_info.h"
-#include "backend/cuda/l2_hint.cuh"
 #include "backend/cuda/pdl.cuh"
 
 namespace pelican::cuda {
@@ -212,7 +211,6 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
         }
         if (ratio > 1) cg::this_cluster().barrier_arrive();  // this CTA has read the key head's old Q/K state
     }
-    detail::l2_hint_share(p.l2_next, p.l2_next_bytes, h, static_cast<int>(gridDim.x), StepCfg<D>::kThreads);
     pdl_wait();  // conv_out / conv_in, a, b, z come from the kernels just before; out is read by later ones
     pdl_trigger();
 
@@ -425,12 +423,9 @@ void deltanet_step(const DeltaNetStepArgs& a, cudaStream_t stream) {
                 return launch_step_conv<128>(a, stream);
         }
     }
-    if (a.run_row0 != nullptr) {
-        if (a.n_runs <= 0 || a.n_runs > 65535 || !a.run_state_in || !a.row_state_out || a.state_stride <= 0)
-            bad_args("deltanet_step", "runs mode needs 1..65535 runs, run_state_in, row_state_out, a stride");
-    } else if (deltanet_step_split(a, stream)) {
-        return;
-    }
+    if (a.run_row0 != nullptr &&
+        (a.n_runs <= 0 || a.n_runs > 65535 || !a.run_state_in || !a.row_state_out || a.state_stride <= 0))
+        bad_args("deltanet_step", "runs mode needs 1..65535 runs, run_state_in, row_state_out, a stride");
     const dim3 grid(static_cast<unsigned>(a.n_v_heads), a.run_row0 ? static_cast<unsigned>(a.n_runs) : 1u);
     switch (a.d_k) {
         case 16:

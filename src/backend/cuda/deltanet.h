@@ -80,11 +80,6 @@ struct DeltaNetStepArgs {
     const float* conv_w = nullptr;
     float* conv_state = nullptr;
     int conv_kernel = 0;
-    // Optional L2 prefetch hint for a LATER kernel's weights (the layer's out projection): the device
-    // range [l2_next, l2_next + l2_next_bytes) (shrunk to 16-byte bounds), split over the CTAs and issued
-    // before the PDL wait (the one-CTA-per-head kernel only). Never changes a result; nullptr: none.
-    const void* l2_next = nullptr;
-    size_t l2_next_bytes = 0;
     // Optional (the executors): the rows of many sequences in one launch. When run_row0 is set, the
     // launch covers n_runs runs (n_tok is not read): run r's tokens are rows run_row0[r] ..
     // run_row0[r + 1] - 1 of every row-indexed input and of out (one sequence's consecutive tokens);
@@ -103,12 +98,6 @@ void deltanet_step(const DeltaNetStepArgs& args, cudaStream_t stream);
 // Whether deltanet_step can fold the conv in for these shapes: conv kernel 4, d_k = d_v in {16, 32, 64,
 // 128}, and n_v_heads / n_k_heads == 1 or, on sm_90+ (clusters), <= 8.
 bool deltanet_conv_fold_supported(int conv_kernel, int n_k_heads, int n_v_heads, int d);
-// deltanet_step's kernel for d_k = d_v = 128 on sm_90: four CTAs (a cluster) per value head instead
-// of one, bit-identical (deltanet_split.cu); false (nothing launched) where it does not apply or
-// unless PELICAN_DN_SPLIT=1 (off by default: no decode gain measured). deltanet_step calls it first.
-bool deltanet_step_split(const DeltaNetStepArgs& args, cudaStream_t stream);
-// Tests and benchmarks: -1 (default) follows PELICAN_DN_SPLIT (off unless 1), 0 off, 1 on.
-void deltanet_set_split(int mode);
 
 // The same function over args.n_tok tokens in the chunked (WY) form for prompts, chunks of 64 tokens
 // (ref::gated_delta_rule_chunked; deltanet_chunk.cu): the intra-chunk triangular systems of every

@@ -169,11 +169,6 @@ void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream) {
     p.act = a.act;
     p.bar = a.barrier;
     p.trace = a.trace;
-    for (int r = 0; r < kMoeFusedNextRanges; ++r) {
-        const bool on = a.l2_next[r] != nullptr && a.l2_next_bytes[r] > 0;
-        p.l2_next[r] = on ? static_cast<const uint8_t*>(a.l2_next[r]) : nullptr;
-        p.l2_next_bytes[r] = on ? a.l2_next_bytes[r] : 0;
-    }
     p.smem_gu = static_cast<int>(detail::round_up(a.n_embd * 4, 16));
     p.smem_dn = p.smem_gu + static_cast<int>(detail::round_up(p.gu.tok_bytes, 16));
     // The shared expert (expert n_expert) is always chosen: its rows into L2 before the PDL wait.

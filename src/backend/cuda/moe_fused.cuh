@@ -34,8 +34,6 @@ struct MoeFusedParams {
     float* act = nullptr;
     unsigned long long* bar = nullptr;
     uint64_t* trace = nullptr;
-    const uint8_t* l2_next[kMoeFusedNextRanges] = {};
-    uint64_t l2_next_bytes[kMoeFusedNextRanges] = {};
     int smem_gu = 0, smem_dn = 0;  // byte offsets of the activation areas (x' as fp32 at 0)
     // L2 prefetch before the PDL wait of the shared expert's rows (known without the router): the device
     // ranges [pf_ptr, pf_ptr + pf_len) of its gate/up and down planes, split over the CTAs.
@@ -169,9 +167,6 @@ __global__ void __launch_bounds__(kFusedThreads, 1) moe_fused_kernel(const MoeFu
         }
     }
     for (int r = 0; r < a.pf_n; ++r) l2_hint_share(a.pf_ptr[r], a.pf_len[r], b, G, kFusedThreads);
-#pragma unroll
-    for (int r = 0; r < kMoeFusedNextRanges; ++r)
-        l2_hint_share(a.l2_next[r], a.l2_next_bytes[r], b, G, kFusedThreads);
     pdl_wait();  // x comes from the previous kernel
     fused_stamp(a, 1);
 

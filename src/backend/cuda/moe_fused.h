@@ -53,19 +53,12 @@ struct MoeFusedArgs {
     // counter must use the same grid (it stays a multiple of the grid size between launches).
     unsigned long long* barrier = nullptr;
     int grid = 0;  // CTAs; 0: one per SM (tests force smaller grids, each on its own counter)
-    // Optional L2 prefetch hints for the NEXT kernels' weights (e.g. the next layer's first projection):
-    // up to kMoeFusedNextRanges device ranges, spread over the CTAs and issued before the PDL wait, so that
-    // HBM streams them while this kernel waits on its barriers and the route. Hints only (results never
-    // change); nullptr / 0 bytes: none. The forward sets them with PELICAN_L2_NEXT=1 (measured slower).
-    const void* l2_next[4] = {nullptr, nullptr, nullptr, nullptr};
-    size_t l2_next_bytes[4] = {0, 0, 0, 0};
     // Benchmarks only: [grid x kMoeFusedTracePoints] %globaltimer stamps (ns) of each CTA's thread 0 at
     // the phase boundaries (start, after the PDL wait, x' staged, logits written, barrier 1, routed,
     // gate/up done, barrier 2, act staged, end, then the route's softmax done); nullptr: none.
     uint64_t* trace = nullptr;
 };
 inline constexpr int kMoeFusedTracePoints = 11;
-inline constexpr int kMoeFusedNextRanges = 4;
 
 // True when moe_fused_decode takes these weights: gate/up and down of one of the supported type
 // pairs (Q4_0/Q4_0, Q8_0/Q8_0, Q4_K/Q4_K, Q4_K/Q6_K, Q6_K/Q6_K, F32/F32), the shapes above, n_embd and
