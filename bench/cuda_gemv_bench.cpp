@@ -14,9 +14,7 @@
 //     with and without the fused RMSNorm): the full kernel, without the activation prologue, the
 //     prologue alone (no weight loop) and an empty kernel (launch, PDL wait/trigger, drain).
 //
-//   * --bulk: the bulk-copy kernel against the tuned register kernel on the hybrid and 8B shapes.
-//
-//   cuda_gemv_bench [--quick] [--types q4_0,q6_k,...] [--no-sweep] [--decompose] [--bulk]
+//   cuda_gemv_bench [--quick] [--types q4_0,q6_k,...] [--no-sweep] [--decompose]
 // --quick: fewer repetitions, n_tok = 1 only, no sweep.
 #include <algorithm>
 #include <cstdio>
@@ -247,41 +245,10 @@ void decompose(const std::vector<DType>& types, std::mt19937& gen) {
     }
 }
 
-// --bulk: the bulk-copy kernel (gemv_bulk.cuh) against the tuned register-streaming kernel, n_tok = 1
-// with the fused RMSNorm, us per call in a graph of 20 (consecutive calls overlap under PDL, as
-// consecutive GEMVs of a decode step do), on the Qwen3.5-35B-A3B and Llama-3.1-8B decode shapes.
-void bulk_ab(const std::vector<DType>& types, std::mt19937& gen) {
-    const Shape shapes[] = {
-        {"12352x2048 in_proj", 12352, 2048, false}, {"9216x2048 qkvg", 9216, 2048, false},
-        {"2048x4096 out", 2048, 4096, false},       {"248320x2048 head", 248320, 2048, false},
-        {"6144x4096 qkv", 6144, 4096, false},       {"2x14336x4096 glu", 2 * 14336, 4096, true},
-        {"4096x14336 down", 4096, 14336, false}};
-    std::printf("bulk-copy vs register GEMV (us per call in a graph of 20; n_tok = 1; norm)\n");
-    std::printf("%-6s %-20s %8s %8s %9s %9s %7s\n", "type", "shape", "MB", "floor", "register", "bulk",
-                "ratio");
-    for (DType t : types) {
-        for (const Shape& s : shapes) {
-            if (t == DType::Q6_K && s.n_in % 2048 != 0) continue;  // no bulk kernel (16-byte plane rows)
-            Bench b(t, s, gen);
-            cuda::gemv_set_bulk(0);
-            std::vector<float> us;
-            b.tune(1, us);
-            const double reg = b.time(1, 10).first;
-            cuda::gemv_set_bulk(1);
-            const double blk = b.time(1, 10).first;
-            cuda::gemv_set_bulk(-1);
-            const double floor_us = static_cast<double>(b.read_bytes()) / 4.2e9 * 1e3;  // at 4.2 TB/s
-            std::printf("%-6s %-20s %8.1f %8.2f %9.2f %9.2f %7.2f\n", std::string(dtype_name(t)).c_str(),
-                        s.name, static_cast<double>(b.read_bytes()) / 1e6, floor_us, reg, blk, reg / blk);
-            std::fflush(stdout);
-        }
-    }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool quick = false, sweep = true, decomp = false, bulk = false;
+    bool quick = false, sweep = true, decomp = false;
     std::vector<DType> types = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K,
                                 DType::F16,  DType::BF16, DType::F32};
     for (int i = 1; i < argc; ++i) {
@@ -290,8 +257,6 @@ int main(int argc, char** argv) {
             sweep = false;
         } else if (!std::strcmp(argv[i], "--decompose")) {
             decomp = true;
-        } else if (!std::strcmp(argv[i], "--bulk")) {
-            bulk = true;
         } else if (!std::strcmp(argv[i], "--no-sweep")) {
             sweep = false;
         } else if (!std::strcmp(argv[i], "--types") && i + 1 < argc) {
@@ -306,7 +271,7 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(stderr,
                          "usage: cuda_gemv_bench [--quick] [--types q4_0,q6_k,...] [--no-sweep] "
-                         "[--decompose] [--bulk]\n");
+                         "[--decompose]\n");
             return 2;
         }
     }
@@ -318,11 +283,6 @@ int main(int argc, char** argv) {
     if (decomp) {
         std::mt19937 g(1234);
         decompose(types, g);
-        return 0;
-    }
-    if (bulk) {
-        std::mt19937 g(1234);
-        bulk_ab(types, g);
         return 0;
     }
     const double bw = copy_bandwidth(quick ? 5 : 20);

@@ -188,7 +188,6 @@ int main(int argc, char** argv) {
     d.expert_rows = n_embd;
     d.x_slot_stride = n_ff;
     d.y = dout.as<float>();
-    d.ids_ready = true;
     d.comb_ctr = dcomb.as<unsigned>();
     d.comb_w = dw.as<float>();
     d.comb_res = dx.as<float>();

@@ -1,6 +1,6 @@
 // cuda::gemv's register-streaming kernels (every decode variant, grid policies, token groups, the
 // tuner) against the scalar references, on fresh random inputs; tolerances and the shared case
-// runner: cuda_gemv_test_util.h; the bulk-copy kernel: cuda_gemv_bulk_test.cpp; the weight upload and
+// runner: cuda_gemv_test_util.h; the weight upload and
 // cuda::dequantize_matrix: cuda_gpu_matrix_test.cpp.
 // Small mode (PELICAN_CUDA_TEST_SMALL=1, for compute-sanitizer): AllTypesPlain takes token counts
 // 1, 3 and 8; EveryVariant and GraphCapturePdlChain the plain variants only (the L2-prefetch ones
@@ -349,9 +349,7 @@ TEST(CudaGemv, GraphCapturePdlChain) {
 // inside a stream capture is skipped.
 TEST(CudaGemv, AutotuneChoosesAVariant) {
     SKIP_WITHOUT_GPU();
-    // The tuned variants belong to the register-streaming kernels: the bulk-copy kernel (which has no
-    // variants and would take this one-token call) is off for this test.
-    test::GemvKernelReset bulk_off(0);
+    test::GemvKernelReset reset;
     Rng rng;
     constexpr int64_t n_in = 2048, n_out = 700;
     test::RandomMatrix m = test::random_matrix(rng, DType::Q4_0, n_in, n_out, true);

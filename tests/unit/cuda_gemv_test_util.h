@@ -1,5 +1,4 @@
-// Shared by the GEMV tests (cuda_gemv_test.cpp: the register-streaming kernels and their variants;
-// cuda_gemv_bulk_test.cpp: the bulk-copy kernel): one call of cuda::gemv against the scalar
+// Shared by the GEMV tests (cuda_gemv_test.cpp: the register-streaming kernels and their variants): one call of cuda::gemv against the scalar
 // references on fresh random inputs (run_case), and a chain of calls replayed from a CUDA graph
 // against the same chain launched eagerly. Include only in tests built with the CUDA backend.
 //
@@ -105,8 +104,7 @@ struct Opts {
     int x_misalign = 0;            // floats: x starts this far past a 16-byte boundary
     int64_t stride_pad = 0;        // extra bytes per row of odd-numbered host parts
     int grid_policy = 0;
-    int variant = -1;      // forced kernel variant (cuda::gemv_force_variant); -1: the normal choice
-    int expect_bulk = -1;  // 1 / 0: the call must / must not take the bulk-copy kernel; -1: either
+    int variant = -1;  // forced kernel variant (cuda::gemv_force_variant); -1: the normal choice
     std::string describe(DType t, int64_t n_in) const {
         std::string s = std::string(dtype_name(t)) + " n_in=" + std::to_string(n_in) + " parts=";
         for (int64_t p : parts) s += std::to_string(p) + ",";
@@ -121,7 +119,6 @@ struct Opts {
         if (stride_pad) s += " padded-host-rows";
         if (grid_policy) s += " grid=" + std::to_string(grid_policy) + "/SM";
         if (variant >= 0) s += std::string(" variant=") + cuda::gemv_variant_name(variant);
-        if (expect_bulk == 1) s += " bulk";
         return s;
     }
 };
@@ -220,9 +217,6 @@ inline void run_case(Rng& rng, DType t, int64_t n_in, const Opts& o) {
     a.y_stride = o.y_pad ? ys : 0;
     cuda::gemv_set_grid_policy(o.grid_policy);
     cuda::gemv_force_variant(o.variant);
-    if (o.expect_bulk >= 0) {
-        EXPECT_EQ(cuda::gemv_bulk_applies(gm, a), o.expect_bulk == 1) << c;
-    }
     cuda::gemv(gm, a, nullptr);
     cuda::gemv_force_variant(-1);
     cuda::gemv_set_grid_policy(0);

@@ -89,9 +89,6 @@ void run_block(Rng& rng, DType t, int n_tok) {
         dn.n_expert_slots = nk;
         dn.expert_rows = n_embd;
         dn.x_slot_stride = n_ff;
-        // The ids come from moe_route, two launches back: the bulk kernel may read them before its PDL
-        // wait (the stale ids in d_ids catch an early read).
-        dn.ids_ready = n_tok == 1;
         cuda::gemv(g_down, dn, s);
         cuda::GemvArgs sgu;
         sgu.x = d_hidden.as<float>();

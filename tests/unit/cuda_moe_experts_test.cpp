@@ -5,8 +5,6 @@
 //    bit for bit a plain gemv() with the same variant on a GpuMatrix uploaded from that expert's
 //    rows alone, on the slot's activations / residual (the same kernel arithmetic runs; the
 //    plain GEMV itself is checked against the references by cuda_gemv_test).
-//    The bulk-copy kernel (gemv_bulk.cuh, one token, quantized types) is checked the same way: its
-//    slot and combine modes against its own plain calls and slot mode, bit for bit.
 //  * Grouped experts (prompt chunks): moe_group_slots' grouping, then the grouped expert GEMVs against
 //    the slot-wise ones; the fused decode combine in the down GEMV against moe_combine, bit for bit.
 // A whole MoE block as the forward pass chains it is in cuda_moe_block_test.cpp.
@@ -132,10 +130,9 @@ void run_expert_case(Rng& rng, const ExpertCase& c) {
     };
     const float* x0 = dx.as<float>() + c.x_misalign;
     const int nv = test::cuda_test_size(cuda::gemv_variant_count(), cuda::gemv_plain_variant_count());
-    // v = -1: no forced variant, the bulk-copy kernel on (gemv_bulk.cuh), where it takes the call.
     test::GemvKernelReset reset_kernel;
-    for (int v = -1; v < nv; ++v) {
-        const std::string vn = v < 0 ? std::string("bulk") : cuda::gemv_variant_name(v);
+    for (int v = 0; v < nv; ++v) {
+        const std::string vn = cuda::gemv_variant_name(v);
         copy_to(dy, y_init);
         copy_to(dy_ref, y_init);
         // All slots in one call.
@@ -148,17 +145,7 @@ void run_expert_case(Rng& rng, const ExpertCase& c) {
         a.x_slot_stride = xs;
         a.x_slot_div = c.x_slot_div;
         a.y_slot_stride = c.y_pad ? ys : 0;
-        if (v < 0) {
-            cuda::gemv_set_bulk(1);
-            if (!cuda::gemv_bulk_applies(all, a)) continue;  // this case runs the register kernels only
-            // The per-expert plain calls below must take the same kernel (same per-row arithmetic).
-            cuda::GemvArgs b = base_args(dy_ref.as<float>());
-            b.x = x0;
-            for (auto& [e, gm] : per) EXPECT_TRUE(cuda::gemv_bulk_applies(gm, b)) << "expert " << e;
-        } else {
-            cuda::gemv_set_bulk(0);
-            cuda::gemv_force_variant(v);
-        }
+        cuda::gemv_force_variant(v);
         cuda::gemv(all, a, nullptr);
         // Each slot alone on its expert's matrix.
         for (int s = 0; s < n_slots; ++s) {
@@ -170,7 +157,6 @@ void run_expert_case(Rng& rng, const ExpertCase& c) {
             cuda::gemv(per[e], b, nullptr);
         }
         cuda::gemv_force_variant(-1);
-        cuda::gemv_set_bulk(-1);
         const cudaError_t st = cudaDeviceSynchronize();
         ASSERT_EQ(st, cudaSuccess) << vn << ": " << cudaGetErrorString(st);
         const std::vector<float> got = from_device<float>(dy.get(), y_init.size()),
@@ -429,7 +415,7 @@ TEST(CudaMoe, FusedCombineEqualsCombine) {
     const int nv = cuda::gemv_plain_variant_count();
     struct Case {
         DType t;
-        int64_t ff;  // Q4_0 512: also the bulk kernel's combine mode (16-byte scale rows)
+        int64_t ff;
     };
     for (const Case& cs :
          {Case{DType::Q4_0, 64}, Case{DType::Q4_0, 512}, Case{DType::Q4_K, 256}, Case{DType::F32, 64}}) {
@@ -448,9 +434,8 @@ TEST(CudaMoe, FusedCombineEqualsCombine) {
                      dya = to_device(std::vector<float>(static_cast<size_t>(k * n_out), NAN)),
                      dyb = to_device(std::vector<float>(static_cast<size_t>(k * n_out), NAN)),
                      dxa = to_device(res), dxb = to_device(res);
-        // v = -1: the bulk-copy kernel (gemv_bulk.cuh: its combine mode against its slot mode).
-        for (int v = -1; v < nv; v += v < 0 ? 1 : test::cuda_test_small() ? 5 : 1) {
-            SCOPED_TRACE(v < 0 ? "bulk" : cuda::gemv_variant_name(v));
+        for (int v = 0; v < nv; v += test::cuda_test_small() ? 5 : 1) {
+            SCOPED_TRACE(cuda::gemv_variant_name(v));
             test::GemvKernelReset reset_variant;
             copy_to(dxa, res);
             copy_to(dxb, res);
@@ -461,13 +446,7 @@ TEST(CudaMoe, FusedCombineEqualsCombine) {
             d.expert_rows = n_out;
             d.x_slot_stride = ff;
             d.y = dyb.as<float>();
-            if (v < 0) {
-                cuda::gemv_set_bulk(1);
-                if (!cuda::gemv_bulk_applies(m, d)) continue;  // F32: no bulk kernel
-            } else {
-                cuda::gemv_set_bulk(0);
-                cuda::gemv_force_variant(v);
-            }
+            cuda::gemv_force_variant(v);
             cuda::gemv(m, d, nullptr);
             cuda::MoeCombineArgs c;
             c.n_tok = 1;
@@ -483,9 +462,6 @@ TEST(CudaMoe, FusedCombineEqualsCombine) {
             d.comb_w = dw.as<float>();
             d.comb_res = dxa.as<float>();
             d.comb_y = dxa.as<float>();
-            if (v < 0) {
-                EXPECT_TRUE(cuda::gemv_bulk_applies(m, d)) << "the combine takes the bulk kernel too";
-            }
             for (int rep = 0; rep < 2; ++rep) {  // in place: the second run adds the sum again
                 cuda::gemv(m, d, nullptr);
                 if (rep == 0) {

@@ -33,17 +33,11 @@ T cuda_test_size(T full, T small) {
     return cuda_test_small() ? small : full;
 }
 
-// Sets cuda::gemv_set_bulk(bulk_mode) when bulk_mode >= 0; on leaving the scope (also through an
-// ASSERT's early return) restores the default kernel choice: no forced variant, the bulk-copy kernel
-// as the environment says.
+// On leaving the scope (also through an ASSERT's early return) restores the default kernel choice:
+// no forced variant.
 struct GemvKernelReset {
-    explicit GemvKernelReset(int bulk_mode = -1) {
-        if (bulk_mode >= 0) cuda::gemv_set_bulk(bulk_mode);
-    }
-    ~GemvKernelReset() {
-        cuda::gemv_force_variant(-1);
-        cuda::gemv_set_bulk(-1);
-    }
+    GemvKernelReset() = default;
+    ~GemvKernelReset() { cuda::gemv_force_variant(-1); }
     GemvKernelReset(const GemvKernelReset&) = delete;
     GemvKernelReset& operator=(const GemvKernelReset&) = delete;
 };

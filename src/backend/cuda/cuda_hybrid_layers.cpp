@@ -309,9 +309,6 @@ void CudaHybridForward::moe_slot_experts(const GpuHybridLayer& L, int n, int ko,
     d.x_slot_stride = ff_e;
     d.y = eout_;
     d.y_slot_stride = E;
-    // One token: the ids come from the router kernel(s), then the gate/up GEMV ran: they are two
-    // launches back, so the bulk-copy GEMV may start copying the chosen experts' rows before its wait.
-    d.ids_ready = n == 1 && !chunk;
     if (fused_combine) {  // one token: x += sum_j w_j y_j in the GEMV's tail
         d.comb_ctr = comb_ctr_;
         d.comb_w = wts_;

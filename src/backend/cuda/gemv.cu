@@ -103,7 +103,6 @@ void gemv_prepare(DType t) {
         default:
             break;
     }
-    gemv_bulk_prepare(t);
 }
 
 }  // namespace detail
@@ -336,14 +335,7 @@ int gemv_variant_for(const GpuMatrix& m, const GemvArgs& a) {
     return detail::gemv_default_variant(m, a);
 }
 
-int detail::gemv_forced_variant() { return detail::g_forced_variant.load(std::memory_order_relaxed); }
-
 void gemv(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream) {
-    // One-token calls take the bulk-copy kernel where it applies (gemv_bulk.cuh), unless a variant
-    // is forced (tests and benchmarks of the register-streaming kernels).
-    if (detail::g_forced_variant.load(std::memory_order_relaxed) < 0 &&
-        detail::gemv_bulk_try(m, a, stream, true))
-        return;
     detail::gemv_run(m, a, stream, gemv_variant_for(m, a));
 }
 
@@ -360,8 +352,6 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
                    ex.x_slot_div < 1 || (ex.glu && ex.expert_rows % 2 != 0)))
         return;
     if (ex.glu && m.n_out % 2 != 0) return;
-    // Calls of this shape take the bulk-copy kernel, which has no variants to choose from.
-    if (!times && gemv_bulk_try(m, ex, stream, false)) return;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return;
     const int x_rows =

@@ -64,10 +64,6 @@ struct GemvArgs {
     // one expert (x_s rows x_stride apart, y_s rows y_stride apart). skip_negative_ids: a slot whose
     // id is negative computes nothing (unused groups of a device-side grouping).
     bool skip_negative_ids = false;
-    // The ids were written at least two kernel launches before this call on its stream (e.g. the
-    // decode down projection: router, gate/up, down), so the bulk-copy kernel may read them, and
-    // start copying the chosen experts' rows, before its PDL wait (gemv_bulk.cuh).
-    bool ids_ready = false;
     // Fused moe_combine (decode down projection: one token, expert slots, no glu, no residual): after
     // the slots' outputs y_s are written, comb_y[o] = comb_res[o] + sum_s comb_w[s] y_s[o] for every
     // output o (slot order, fmaf from 0: bitwise moe_combine without a shared expert). comb_ctr: one
@@ -83,22 +79,13 @@ struct GemvArgs {
 // activations of a token grow with n_in: fp32 for float weights, int8 + scales for quantized ones).
 int gemv_max_tokens(const GpuMatrix& m);
 
-// Launches the GEMV (graph-capturable: no allocation, no host synchronisation). With
-// PELICAN_GEMV_BULK=1 (or gemv_set_bulk(1)), one-token calls with quantized weights (Q4_0, Q8_0,
-// Q4_K, Q6_K; 16-byte plane strides; at most 32 expert slots) take the bulk-copy kernel
-// (gemv_bulk.cuh: each CTA copies its weight rows into shared memory with cp.async.bulk, the first
-// ones before its PDL wait) unless gemv_force_variant is set; everything else, and everything by
-// default, takes the register-streaming kernels and their tuned variant. x, norm_w, bias and
+// Launches the GEMV (graph-capturable: no allocation, no host synchronisation): the register-streaming
+// kernels with the matrix's tuned variant (or the forced one). x, norm_w, bias and
 // residual are read through the read-only cache: they must not alias y, except residual, which may
 // equal y exactly (same rows, residual rows y_stride apart). Any alignment of x is accepted
 // (16-byte aligned rows take the vector path).
 void gemv(const GpuMatrix& w, const GemvArgs& a, cudaStream_t stream);
 
-// Tests and benchmarks: -1 (default) follows PELICAN_GEMV_BULK (off unless 1), 0 turns the
-// bulk-copy kernel off, 1 on (where it applies).
-void gemv_set_bulk(int mode);
-// Whether gemv() would take the bulk-copy kernel for this matrix and call shape.
-bool gemv_bulk_applies(const GpuMatrix& m, const GemvArgs& a);
 
 // For benchmarks and tuning: size the grid for ctas_per_sm CTAs per SM, each looping over its
 // share of the rows (0, the default: as many CTAs as fit on the GPU at once). A large value

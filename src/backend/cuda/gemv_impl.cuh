@@ -344,12 +344,5 @@ void gemv_prepare(DType t);  // dispatches to the above (gemv.cu)
 
 // Checks a call and fills p (gemv.cu; aborts with a message on a bad call).
 void gemv_make_params(const GpuMatrix& m, const GemvArgs& a, GemvParams& p);
-// The bulk-copy kernel (gemv_bulk.cuh) for a one-token call: false when it does not apply (type,
-// alignment, shape, the PELICAN_GEMV_BULK switch, the device); with launch, enqueues it.
-bool gemv_bulk_try(const GpuMatrix& m, const GemvArgs& a, cudaStream_t stream, bool launch);
-// The variant gemv_force_variant set (-1: none).
-int gemv_forced_variant();
-// Attributes of the type's bulk-copy kernels on the current device (sm_90+; nothing otherwise).
-void gemv_bulk_prepare(DType t);
 
 }  // namespace pelican::cuda::detail
