@@ -7,8 +7,7 @@
 //     Each call cycles through enough copies of the matrix (>= 512 MiB in all) that its weights
 //     come from HBM, not from the 50 MB L2.
 //     "guess us": the built-in variant choice; "tuned us": after gemv_autotune on that shape.
-//   * the autotuner's time for every kernel variant per shape (unless --no-sweep), the L2
-//     prefetch variants ("...+b32" etc.) included.
+//   * the autotuner's time for every kernel variant per shape (unless --no-sweep).
 //
 //   * --decompose: instead of the above, where one call's time goes (n_tok = 1, the tuned variant,
 //     with and without the fused RMSNorm): the full kernel, without the activation prologue, the
@@ -340,9 +339,7 @@ int main(int argc, char** argv) {
         std::printf(
             "\nautotune times (us per call, cudaEvents over rotated weight copies; variant rRuUkK/P: R rows\n"
             "per warp, U 16-byte units in flight per row and lane, K split-K warps, P CTAs/SM, occ = "
-            "occupancy;\n+bN / +lN: L2 prefetch of each CTA's next N KiB of weights before the prologue "
-            "(b: cp.async.bulk.prefetch,\nl: prefetch.global.L2 per line), +bNr: the same kept rolling "
-            "over the CTA's row groups; n_tok > 1: policy and prefetch only)\n");
+            "occupancy;\nn_tok > 1: the grid policy only)\n");
         for (const std::string& l : tune_lines) std::printf("%s\n", l.c_str());
     }
     return 0;

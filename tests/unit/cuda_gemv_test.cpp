@@ -3,8 +3,7 @@
 // runner: cuda_gemv_test_util.h; the weight upload and
 // cuda::dequantize_matrix: cuda_gpu_matrix_test.cpp.
 // Small mode (PELICAN_CUDA_TEST_SMALL=1, for compute-sanitizer): AllTypesPlain takes token counts
-// 1, 3 and 8; EveryVariant and GraphCapturePdlChain the plain variants only (the L2-prefetch ones
-// add hint instructions, no shared memory); PrefetchVariantsGiveSameBits its two short shapes.
+// 1, 3 and 8.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -171,14 +170,14 @@ TEST(CudaGemv, GridPolicyGivesSameBits) {
     }
 }
 
-// Every decode kernel variant (rows per warp, units in flight, split-K, grid policy, L2 prefetch
-// mode; the table is iterated, so new variants are covered as they are added) against the
+// Every decode kernel variant (rows per warp, units in flight, split-K, grid policy; the table is
+// iterated, so new variants are covered as they are added) against the
 // references: long rows with a tail chunk, the short (n_in <= 4096) and long norm prologues,
 // glu with every epilogue, and more rows than one CTA covers.
 TEST(CudaGemv, EveryVariant) {
     SKIP_WITHOUT_GPU();
     Rng rng;
-    const int n_var = test::cuda_test_size(cuda::gemv_variant_count(), cuda::gemv_plain_variant_count());
+    const int n_var = cuda::gemv_variant_count();
     for (DType t : kTypes)
         for (int v = 0; v < n_var; ++v) {
             const bool q = is_quant(t);
@@ -209,89 +208,6 @@ TEST(CudaGemv, EveryVariant) {
                 run_case(rng, t, 256, r);
             }
         }
-}
-
-// The L2 prefetch variants (named "<plain variant>+<mode>") only add hints: each gives exactly the
-// bits of its plain variant (same configuration and grid policy: variant % plain count). Shapes:
-// long rows (partial-row windows for the float types, several groups per CTA under the /1 and /2
-// grid policies: the rolling window), glu with 66-byte Q4_0 scale rows (unaligned row starts, an
-// allocation ending off a 16-byte boundary), and n_tok = 3 (the token-group kernels).
-TEST(CudaGemv, PrefetchVariantsGiveSameBits) {
-    SKIP_WITHOUT_GPU();
-    const int nv = cuda::gemv_variant_count();
-    int n_plain = 0;
-    while (n_plain < nv && std::strchr(cuda::gemv_variant_name(n_plain), '+') == nullptr) ++n_plain;
-    ASSERT_GT(n_plain, 0);
-    ASSERT_GT(nv, n_plain) << "no prefetch variants";
-    ASSERT_EQ(nv % n_plain, 0);
-    for (int v = n_plain; v < nv; ++v)
-        ASSERT_EQ(std::string(cuda::gemv_variant_name(v))
-                      .rfind(cuda::gemv_variant_name(v % n_plain) + std::string("+"), 0),
-                  0u)
-            << cuda::gemv_variant_name(v);
-    struct Shape {
-        int64_t n_in, n_out;
-        bool glu;
-        int n_tok;
-    };
-    Rng rng;
-    for (DType t : kTypes) {
-        const bool q = is_quant(t);
-        const int64_t short_in = !q ? 1036 : t == DType::Q4_K || t == DType::Q6_K ? 1280 : 1056;
-        const Shape shapes[] = {
-            {q ? 14336 : 9000, q ? 1531 : 700, false, 1},
-            {short_in, 2 * 777, true, 1},
-            {short_in, 1531, false, 3},
-        };
-        for (const Shape& s : shapes) {
-            if (test::cuda_test_small() && &s == &shapes[0]) continue;  // the long rows: full mode only
-            SCOPED_TRACE(std::string(dtype_name(t)) + " n_in=" + std::to_string(s.n_in) +
-                         " n_out=" + std::to_string(s.n_out) + (s.glu ? " glu" : "") +
-                         " n_tok=" + std::to_string(s.n_tok));
-            test::RandomMatrix m = test::random_matrix(rng, t, s.n_in, s.n_out, true);
-            cuda::HostRows hr{m.bytes.data(), static_cast<size_t>(row_bytes(t, s.n_in)), s.n_out};
-            cuda::GpuMatrix gm;
-            const char* err = nullptr;
-            ASSERT_TRUE(cuda::upload_matrix(t, s.n_in, &hr, 1, gm, nullptr, &err)) << err;
-            const int64_t width = s.glu ? s.n_out / 2 : s.n_out;
-            const size_t ny = static_cast<size_t>(width * s.n_tok);
-            const std::vector<float> x = test::random_vec(rng, s.n_in * s.n_tok),
-                                     nw = test::random_vec(rng, s.n_in),
-                                     res = test::random_vec(rng, static_cast<int64_t>(ny)),
-                                     bias = test::random_vec(rng, s.n_out);
-            DeviceBuffer dx = to_device(x), dnw = to_device(nw), dres = to_device(res),
-                         dbias = to_device(bias), dy(ny * sizeof(float));
-            cuda::GemvArgs a;
-            a.x = dx.as<float>();
-            a.n_tok = s.n_tok;
-            a.norm_w = dnw.as<float>();
-            a.glu = s.glu;
-            a.residual = s.glu ? dres.as<float>() : nullptr;
-            a.bias = s.n_tok > 1 ? dbias.as<float>() : nullptr;
-            a.y = dy.as<float>();
-            std::vector<std::vector<float>> outs(static_cast<size_t>(nv));
-            for (int v = 0; v < nv; ++v) {
-                ASSERT_EQ(cudaMemset(dy.get(), 0xff, ny * sizeof(float)), cudaSuccess);  // NaN: unwritten
-                cuda::gemv_force_variant(v);
-                cuda::gemv(gm, a, nullptr);
-                cuda::gemv_force_variant(-1);
-                const cudaError_t st = cudaDeviceSynchronize();
-                ASSERT_EQ(st, cudaSuccess) << cuda::gemv_variant_name(v) << ": " << cudaGetErrorString(st);
-                outs[static_cast<size_t>(v)] = from_device<float>(dy, ny);
-            }
-            for (int v = 0; v < n_plain; ++v) {
-                const std::vector<float>& y = outs[static_cast<size_t>(v)];
-                EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float f) { return std::isfinite(f); }))
-                    << cuda::gemv_variant_name(v) << " left outputs unwritten";
-            }
-            for (int v = n_plain; v < nv; ++v)
-                EXPECT_EQ(std::memcmp(outs[static_cast<size_t>(v)].data(),
-                                      outs[static_cast<size_t>(v % n_plain)].data(), ny * sizeof(float)),
-                          0)
-                    << cuda::gemv_variant_name(v) << " differs from " << cuda::gemv_variant_name(v % n_plain);
-            cuda::free_matrix(gm);
-        }
-    }
 }
 
 // A chain of dependent PDL-launched GEMVs (y1 = W rms_norm(x); y2 += W y1; y1 = W y2) captured
@@ -333,7 +249,7 @@ TEST(CudaGemv, GraphCapturePdlChain) {
             ASSERT_EQ(cudaMemcpy(dy2.get(), y2_0.data(), n * sizeof(float), cudaMemcpyHostToDevice),
                       cudaSuccess);
         };
-        const int n_var = test::cuda_test_size(cuda::gemv_variant_count(), cuda::gemv_plain_variant_count());
+        const int n_var = cuda::gemv_variant_count();
         for (int v = 0; v < n_var; ++v) {
             test::GemvKernelReset restore;
             cuda::gemv_force_variant(v);
@@ -366,16 +282,9 @@ TEST(CudaGemv, AutotuneChoosesAVariant) {
     cuda::gemv_autotune(gm, shape, s, times.data());
     ASSERT_GE(gm.gemv_variant, 0);
     ASSERT_LT(gm.gemv_variant, cuda::gemv_variant_count());
-    // Every plain variant is timed; the L2-prefetch variants (after the plain ones) only with
-    // PELICAN_GEMV_PREFETCH=1 (see gemv_autotune).
-    const char* pf = std::getenv("PELICAN_GEMV_PREFETCH");
-    const bool prefetch_tuned = pf && pf[0] == '1';
-    for (size_t v = 0; v < times.size(); ++v) {
-        if (v < static_cast<size_t>(cuda::gemv_plain_variant_count()) || prefetch_tuned)
-            EXPECT_GT(times[v], 0.0f) << cuda::gemv_variant_name(static_cast<int>(v));
-        else
-            EXPECT_EQ(times[v], -1.0f) << cuda::gemv_variant_name(static_cast<int>(v));
-    }
+    // Every variant is timed (one token: every configuration and grid policy).
+    for (size_t v = 0; v < times.size(); ++v)
+        EXPECT_GT(times[v], 0.0f) << cuda::gemv_variant_name(static_cast<int>(v));
     const std::vector<float> x = test::random_vec(rng, n_in), nw = test::random_vec(rng, n_in);
     DeviceBuffer dx = to_device(x), dnw = to_device(nw), dy(n_out * sizeof(float));
     cuda::GemvArgs a;

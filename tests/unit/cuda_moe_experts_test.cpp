@@ -8,9 +8,8 @@
 //  * Grouped experts (prompt chunks): moe_group_slots' grouping, then the grouped expert GEMVs against
 //    the slot-wise ones; the fused decode combine in the down GEMV against moe_combine, bit for bit.
 // A whole MoE block as the forward pass chains it is in cuda_moe_block_test.cpp.
-// Small mode (PELICAN_CUDA_TEST_SMALL=1, cuda_test_util.h; for compute-sanitizer): the expert GEMV
-// the plain variants only (the L2-prefetch ones are off in expert mode), n_in
-// 256 only, and its many-slot case with 40 slots instead of 300.
+// Small mode (PELICAN_CUDA_TEST_SMALL=1, cuda_test_util.h; for compute-sanitizer): the expert GEMV at
+// n_in 256 only, and its many-slot case with 40 slots instead of 300.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,7 +128,7 @@ void run_expert_case(Rng& rng, const ExpertCase& c) {
         return a;
     };
     const float* x0 = dx.as<float>() + c.x_misalign;
-    const int nv = test::cuda_test_size(cuda::gemv_variant_count(), cuda::gemv_plain_variant_count());
+    const int nv = cuda::gemv_variant_count();
     test::GemvKernelReset reset_kernel;
     for (int v = 0; v < nv; ++v) {
         const std::string vn = cuda::gemv_variant_name(v);
@@ -412,7 +411,7 @@ TEST(CudaMoe, GroupedExpertsMatchSlots) {
 TEST(CudaMoe, FusedCombineEqualsCombine) {
     SKIP_WITHOUT_GPU();
     Rng rng;
-    const int nv = cuda::gemv_plain_variant_count();
+    const int nv = cuda::gemv_variant_count();
     struct Case {
         DType t;
         int64_t ff;

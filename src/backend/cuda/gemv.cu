@@ -288,14 +288,13 @@ int gemv_default_variant(const GpuMatrix& m, const GemvArgs& a) {
     return (chunks >= 12 ? 4 : 6) * kGemvPolicies;
 }
 
-// "r1u8k2/occ", with the prefetch mode's suffix ("r1u8k2/occ+b32").
+// "r1u8k2/occ": rows per warp, units in flight, split-K warps, [row packing,] CTAs per SM.
 std::string variant_name(int v) {
     const GemvConfig& c = kGemvConfigTable[v / kGemvPolicies % kGemvConfigs];
     const int pol = kGemvPolicyTable[v % kGemvPolicies];
     return "r" + std::to_string(c.r) + "u" + std::to_string(c.u4) + "k" + std::to_string(c.ks) +
            (c.p > 1 ? "p" + std::to_string(c.p) : std::string()) + "/" +
-           (pol == 0 ? std::string("occ") : std::to_string(pol)) +
-           kGemvPrefetchTable[v / kGemvBaseVariants].tag;
+           (pol == 0 ? std::string("occ") : std::to_string(pol));
 }
 
 // (type, n_in, n_out, glu, n_tok, norm, residual, expert slots, expert rows, x rows per slot group)
@@ -312,7 +311,6 @@ int gemv_max_tokens(const GpuMatrix& m) {
     const int64_t tb = detail::gemv_token_smem(m.type, m.n_in);
     return tb > 0 ? static_cast<int>(std::min<int64_t>(detail::kGemvMaxSmem / tb, kMaxGemvTokens)) : 0;
 }
-int gemv_plain_variant_count() { return detail::kGemvBaseVariants; }
 
 const char* gemv_variant_name(int variant) {
     static const auto names = [] {
@@ -446,14 +444,9 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
     PELICAN_CUDA_CHECK(cudaEventCreate(&e1));
     std::vector<float> best(static_cast<size_t>(nv), 1e30f);
     constexpr int kWarm = 2, kTimed = 12, kRounds = 2;
-    // The L2-prefetch variants (indices >= kGemvConfigs * kGemvPolicies) have not run on a GPU yet:
-    // autotuning considers them only with PELICAN_GEMV_PREFETCH=1 until a GPU run has verified them
-    // (tests force every variant regardless).
-    static const bool try_prefetch = env_switch_set("PELICAN_GEMV_PREFETCH");
     for (int round = 0; round < kRounds; ++round) {
         for (int v = 0; v < nv; ++v) {
-            if (!try_prefetch && v >= kGemvConfigs * kGemvPolicies) continue;
-            // Configurations apply to n_tok = 1; larger calls vary the grid policy and prefetch.
+            // Configurations apply to n_tok = 1; larger calls vary the grid policy.
             if (ex.n_tok > 1 && v / kGemvPolicies % kGemvConfigs != 0) continue;
             for (int i = 0; i < kWarm; ++i) call(v);
             PELICAN_CUDA_CHECK(cudaEventRecord(e0, stream));

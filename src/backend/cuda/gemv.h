@@ -99,13 +99,7 @@ void gemv_set_debug_mode(int mode);
 // Kernel variants (decode kernel configuration x grid policy; the configuration applies to
 // n_tok = 1, the grid policy to every n_tok). Names like "r1u8k2/occ": rows per warp, 16-byte
 // units in flight per row and lane, split-K warps per row, CTAs per SM (occ = occupancy).
-// Variants named "<plain variant>+<mode>" (e.g. "r1u8k2/occ+b32") also hint the L2 to fetch each
-// CTA's next weights before its PDL wait and activation prologue: +bN, N KiB per CTA by
-// cp.async.bulk.prefetch.L2; +lN, by prefetch.global.L2 per 128-byte line; +bNr, a window kept
-// ahead over the CTA's row groups. Hints only: results are bit-identical to the plain variant.
 int gemv_variant_count();
-// Variants [0, gemv_plain_variant_count()) have no L2 prefetch; the prefetch ones follow.
-int gemv_plain_variant_count();
 const char* gemv_variant_name(int variant);
 // The variant gemv() uses for this matrix and call: the forced one, else m.gemv_variant, else a
 // guess from the shape.
@@ -121,8 +115,7 @@ void gemv_force_variant(int variant);
 // norm_eps, norm_one_plus); its pointers are never dereferenced: the timing runs on scratch
 // buffers. Results are cached per (type, n_in, n_out, glu, n_tok, norm, residual), so identical
 // layers tune once. Does nothing while the stream is capturing, or with PELICAN_GEMV_AUTOTUNE=0
-// in the environment. The L2-prefetch variants are timed only with PELICAN_GEMV_PREFETCH=1 (they
-// have not been verified on a GPU yet). Synchronises the stream. If times is non-null, it receives
+// in the environment. Synchronises the stream. If times is non-null, it receives
 // gemv_variant_count() microseconds per call (negative: not timed).
 void gemv_autotune(GpuMatrix& m, const GemvArgs& shape_example, cudaStream_t stream, float* times = nullptr);
 

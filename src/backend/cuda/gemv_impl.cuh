@@ -35,9 +35,8 @@ int64_t gemv_l2_bytes();
 int gemv_occupancy(int regs_per_thread, int static_smem, size_t dyn_smem);
 
 // Decode kernel configurations (n_tok = 1): rows per warp R, units in flight per row U4 (for
-// kBatch = 4 types), split-K warps KS. A variant (gemv.h) is a configuration, a grid policy and
-// an L2 prefetch mode: variant = (mode * kGemvConfigs + configuration) * kGemvPolicies + policy,
-// so variants 0 .. kGemvBaseVariants - 1 are the plain (no prefetch) ones.
+// kBatch = 4 types), split-K warps KS. A variant (gemv.h) is a configuration and a grid policy:
+// variant = configuration * kGemvPolicies + policy.
 // Row packing P (gemv_kernel): P rows side by side per warp, 32 / P lanes each, for rows shorter
 // than a warp's 32 units (MoE experts: Q4_0 n_in 512 = 16 units, Q4_K 512 = 8).
 struct GemvConfig {
@@ -52,60 +51,7 @@ inline constexpr GemvConfig kGemvConfigTable[kGemvConfigs] = {
 inline constexpr int kGemvConfigP2 = 11, kGemvConfigP4 = 13;
 inline constexpr int kGemvPolicies = 3;  // CTAs per SM: 0 (occupancy), 1, 2
 inline constexpr int kGemvPolicyTable[kGemvPolicies] = {0, 1, 2};
-inline constexpr int kGemvBaseVariants = kGemvConfigs * kGemvPolicies;
-// L2 prefetch modes (gemv_prefetch): KiB per CTA of its upcoming weights hinted before the PDL
-// wait and the prologue (0 = none), line (prefetch.global.L2 per 128 bytes) or bulk
-// (cp.async.bulk.prefetch.L2), roll (a window of >= 2 groups kept ahead in the grid-stride loop).
-struct GemvPrefetchMode {
-    int kib;
-    bool line, roll;
-    const char* tag;  // variant name suffix
-};
-inline constexpr int kGemvPrefetchModes = 5;
-inline constexpr GemvPrefetchMode kGemvPrefetchTable[kGemvPrefetchModes] = {
-    {0, false, false, ""},      {32, false, false, "+b32"}, {128, false, false, "+b128"},
-    {64, false, true, "+b64r"}, {64, true, false, "+l64"},
-};
-inline constexpr int kGemvVariants = kGemvBaseVariants * kGemvPrefetchModes;
-
-// The prefetch fields of p for a launch of grid CTAs over p.n_groups groups of slots_per_group
-// slots. Per CTA at most the mode's KiB and 3/4 of the L2 over the grid (so the hinted lines
-// of all CTAs fit together); whole groups when they fit (window = that many groups, at least 2
-// when rolling, at most the CTA's share), else the same leading fraction of every row.
-inline void gemv_set_prefetch(GemvParams& p, int mode, int slots_per_group, int grid) {
-    p.pf_np = 0;
-    p.pf_line = p.pf_roll = false;
-    const GemvPrefetchMode& f = kGemvPrefetchTable[mode];
-    if (f.kib <= 0 || grid <= 0 || slots_per_group <= 0 || p.n_groups <= 0 || p.w_bytes == 0) return;
-    int np = 0;
-    int64_t row_bytes = 0;
-    for (int k = 0; k < 4; ++k)
-        if (p.stride[k] > 0) {
-            np = k + 1;
-            row_bytes += p.stride[k];
-        }
-    if (np == 0) return;
-    const int64_t group_bytes = row_bytes * (p.glu ? 2 : 1) * slots_per_group;
-    int64_t per_cta = int64_t{f.kib} << 10;
-    const int64_t l2_share = gemv_l2_bytes() / 4 * 3 / grid;
-    if (l2_share < per_cta) per_cta = l2_share;
-    if (per_cta < 16) return;
-    const int64_t own = (p.n_groups + grid - 1) / grid;  // groups of the busiest CTA
-    int64_t win = per_cta / group_bytes;
-    if (f.roll && win < 2) win = 2;
-    if (win > own) win = own;
-    if (win < 1) win = 1;
-    for (int k = 0; k < np; ++k) {
-        int64_t len = p.stride[k];
-        if (per_cta < win * group_bytes) len = round_up(p.stride[k] * per_cta / (win * group_bytes), 16);
-        p.pf_len[k] = len < p.stride[k] ? len : p.stride[k];
-    }
-    p.pf_np = np;
-    p.pf_slots = slots_per_group;
-    p.pf_groups = static_cast<int>(win);
-    p.pf_line = f.line;
-    p.pf_roll = f.roll && own > 1;
-}
+inline constexpr int kGemvVariants = kGemvConfigs * kGemvPolicies;
 
 // Register count and static shared memory of one kernel instantiation.
 template <class T, int NT, int R, int U, int KS, bool E, int P>
@@ -133,10 +79,9 @@ void gemv_kernel_attr(int dev) {
 
 // rows_per_warp: output rows (glu: gate rows) per warp; policy: CTAs per SM (0 = occupancy),
 // overridden by gemv_set_grid_policy when that is set. Expert slots: gridDim.y = the slots, and
-// gridDim.x = min(the slot's row groups, max(1, floor(resident CTAs / slots))); no L2 prefetch.
+// gridDim.x = min(the slot's row groups, max(1, floor(resident CTAs / slots))).
 template <class T, int NT, int R, int U, int KS, bool E = false, int P = 1>
-void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, int pf_mode, size_t smem,
-                 cudaStream_t stream) {
+void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, size_t smem, cudaStream_t stream) {
     int dev = 0;
     PELICAN_CUDA_CHECK(cudaGetDevice(&dev));
     gemv_kernel_attr<T, NT, R, U, KS, E, P>(dev);
@@ -156,10 +101,6 @@ void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, int pf_mode, s
     int64_t cap = per_sm * gemv_sm_count() / n_y;
     if (cap < 1) cap = 1;
     const int grid = static_cast<int>(p.n_groups < cap ? p.n_groups : cap);
-    if (E)
-        p.pf_np = 0;  // the prefetch would name rows before the ids are known
-    else
-        gemv_set_prefetch(p, pf_mode, rows_per_group, grid);
     p.debug = gemv_debug_mode();
     launch_pdl(gemv_kernel<T, NT, R, U, KS, E, P>, dim3(grid, n_y), dim3(kGemvThreads), smem, stream, p);
 }
@@ -171,37 +112,37 @@ constexpr int gemv_rows_per_warp(int nt, bool glu) {
 }
 
 template <class T, int NT>
-void gemv_launch_nt(const GemvParams& p, int policy, int pf_mode, size_t smem, cudaStream_t stream) {
+void gemv_launch_nt(const GemvParams& p, int policy, size_t smem, cudaStream_t stream) {
     constexpr int R1 = gemv_rows_per_warp(NT, false), R2 = gemv_rows_per_warp(NT, true);
     constexpr int U1 = T::kBatch / R1 > 0 ? T::kBatch / R1 : 1, U2 = T::kBatch / R2 > 0 ? T::kBatch / R2 : 1;
     if constexpr (NT == 8) {  // grouped experts: 8 token rows per expert slot
         if (p.n_expert_slots > 0) {
             if (p.glu)
-                gemv_launch<T, NT, R2, U2, 1, true>(p, R2 / 2, policy, pf_mode, smem, stream);
+                gemv_launch<T, NT, R2, U2, 1, true>(p, R2 / 2, policy, smem, stream);
             else
-                gemv_launch<T, NT, R1, U1, 1, true>(p, R1, policy, pf_mode, smem, stream);
+                gemv_launch<T, NT, R1, U1, 1, true>(p, R1, policy, smem, stream);
             return;
         }
     }
     if (p.glu)
-        gemv_launch<T, NT, R2, U2, 1>(p, R2 / 2, policy, pf_mode, smem, stream);
+        gemv_launch<T, NT, R2, U2, 1>(p, R2 / 2, policy, smem, stream);
     else
-        gemv_launch<T, NT, R1, U1, 1>(p, R1, policy, pf_mode, smem, stream);
+        gemv_launch<T, NT, R1, U1, 1>(p, R1, policy, smem, stream);
 }
 
 template <class T, int C>
-void gemv_launch_cfg(const GemvParams& p, int policy, int pf_mode, size_t smem, cudaStream_t stream) {
+void gemv_launch_cfg(const GemvParams& p, int policy, size_t smem, cudaStream_t stream) {
     constexpr GemvConfig c = kGemvConfigTable[C];
     constexpr int U = GemvUnits<T, c.u4>::v;
     if (p.n_expert_slots > 0) {
         if (p.glu)
-            gemv_launch<T, 1, 2 * c.r, U, c.ks, true, c.p>(p, c.r, policy, pf_mode, smem, stream);
+            gemv_launch<T, 1, 2 * c.r, U, c.ks, true, c.p>(p, c.r, policy, smem, stream);
         else
-            gemv_launch<T, 1, c.r, U, c.ks, true, c.p>(p, c.r, policy, pf_mode, smem, stream);
+            gemv_launch<T, 1, c.r, U, c.ks, true, c.p>(p, c.r, policy, smem, stream);
     } else if (p.glu) {
-        gemv_launch<T, 1, 2 * c.r, U, c.ks, false, c.p>(p, c.r, policy, pf_mode, smem, stream);
+        gemv_launch<T, 1, 2 * c.r, U, c.ks, false, c.p>(p, c.r, policy, smem, stream);
     } else {
-        gemv_launch<T, 1, c.r, U, c.ks, false, c.p>(p, c.r, policy, pf_mode, smem, stream);
+        gemv_launch<T, 1, c.r, U, c.ks, false, c.p>(p, c.r, policy, smem, stream);
     }
 }
 
@@ -253,69 +194,68 @@ void gemv_prepare_type() {
 }
 
 // nt: the kernel's token capacity, one of 1, 2, 3, 4, 8. variant: 0 .. kGemvVariants - 1 (its
-// configuration applies to nt = 1; its grid policy and prefetch mode to all).
+// configuration applies to nt = 1; its grid policy to all).
 template <class T>
 void gemv_launch_type(const GemvParams& p, int nt, int variant, size_t smem, cudaStream_t stream) {
     const int policy = kGemvPolicyTable[variant % kGemvPolicies];
-    const int pf = variant / kGemvBaseVariants;
     switch (nt) {
         case 1:
             switch (variant / kGemvPolicies % kGemvConfigs) {
                 case 0:
-                    gemv_launch_cfg<T, 0>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 0>(p, policy, smem, stream);
                     break;
                 case 1:
-                    gemv_launch_cfg<T, 1>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 1>(p, policy, smem, stream);
                     break;
                 case 2:
-                    gemv_launch_cfg<T, 2>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 2>(p, policy, smem, stream);
                     break;
                 case 3:
-                    gemv_launch_cfg<T, 3>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 3>(p, policy, smem, stream);
                     break;
                 case 4:
-                    gemv_launch_cfg<T, 4>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 4>(p, policy, smem, stream);
                     break;
                 case 5:
-                    gemv_launch_cfg<T, 5>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 5>(p, policy, smem, stream);
                     break;
                 case 6:
-                    gemv_launch_cfg<T, 6>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 6>(p, policy, smem, stream);
                     break;
                 case 7:
-                    gemv_launch_cfg<T, 7>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 7>(p, policy, smem, stream);
                     break;
                 case 8:
-                    gemv_launch_cfg<T, 8>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 8>(p, policy, smem, stream);
                     break;
                 case 9:
-                    gemv_launch_cfg<T, 9>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 9>(p, policy, smem, stream);
                     break;
                 case 10:
-                    gemv_launch_cfg<T, 10>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 10>(p, policy, smem, stream);
                     break;
                 case 11:
-                    gemv_launch_cfg<T, 11>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 11>(p, policy, smem, stream);
                     break;
                 case 12:
-                    gemv_launch_cfg<T, 12>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 12>(p, policy, smem, stream);
                     break;
                 default:
-                    gemv_launch_cfg<T, 13>(p, policy, pf, smem, stream);
+                    gemv_launch_cfg<T, 13>(p, policy, smem, stream);
                     break;
             }
             break;
         case 2:
-            gemv_launch_nt<T, 2>(p, policy, pf, smem, stream);
+            gemv_launch_nt<T, 2>(p, policy, smem, stream);
             break;
         case 3:
-            gemv_launch_nt<T, 3>(p, policy, pf, smem, stream);
+            gemv_launch_nt<T, 3>(p, policy, smem, stream);
             break;
         case 4:
-            gemv_launch_nt<T, 4>(p, policy, pf, smem, stream);
+            gemv_launch_nt<T, 4>(p, policy, smem, stream);
             break;
         default:
-            gemv_launch_nt<T, 8>(p, policy, pf, smem, stream);
+            gemv_launch_nt<T, 8>(p, policy, smem, stream);
             break;
     }
 }

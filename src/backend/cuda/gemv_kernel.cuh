@@ -1,6 +1,5 @@
 // Private to the GEMV translation units (through gemv_impl.cuh): the activation prologue (RMSNorm,
-// int8 quantization or fp32 staging into shared memory), the L2 prefetch of a CTA's weights and the
-// GEMV kernel template itself. CUDA only.
+// int8 quantization or fp32 staging into shared memory) and the GEMV kernel template itself. CUDA only.
 #pragma once
 
 #include "backend/cuda/gemv_traits.cuh"
@@ -235,45 +234,6 @@ __device__ void gemv_prologue_quant(const GemvParams& p, const float* x, uint8_t
 // A warp's batch b covers 32-unit chunks c = (b * U + j) * KS + ks, j < U (ks: its split index),
 // so the KS warps of a row interleave at 512-byte granularity and share the tail evenly.
 
-// L2 prefetch of the weights of n_g groups of this CTA: g0, g0 + gridDim.x, ... (those below
-// n_groups), all planes k < pf_np, the first pf_len[k] bytes of each of their weight rows (glu:
-// the gate and the up rows of each slot). A hint only: each range is widened to 16-byte bounds
-// and then clamped to the 16-byte aligned inside of [w, w + w_bytes), so no address outside the
-// allocation is named. Bulk mode: one cp.async.bulk.prefetch per (row, plane), spread over the
-// threads; line mode: one prefetch.global.L2 per 128-byte line, (row, plane) items over the
-// warps and their lines over the lanes. Must be called by the whole CTA (no barrier inside).
-__device__ __forceinline__ void gemv_prefetch(const GemvParams& p, int g0, int n_g) {
-    const int halves = p.glu ? 2 : 1;
-    const int rows_per_group = p.pf_slots * halves;
-    const int items = n_g * rows_per_group * p.pf_np;
-    const uintptr_t base = reinterpret_cast<uintptr_t>(p.w);
-    const uintptr_t lim_lo = (base + 15) & ~uintptr_t{15}, lim_hi = (base + p.w_bytes) & ~uintptr_t{15};
-    const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
-    const bool line = p.pf_line;
-    for (int it = line ? tid >> 5 : tid; it < items; it += line ? kGemvWarps : kGemvThreads) {
-        const int k = it % p.pf_np, r = it / p.pf_np;
-        const int j = r / rows_per_group, rr = r % rows_per_group;
-        const int64_t g = g0 + static_cast<int64_t>(j) * gridDim.x;
-        if (g >= p.n_groups) break;  // j only grows with it
-        const int64_t slot = g * p.pf_slots + rr % p.pf_slots;
-        if (slot >= p.n_slots) continue;
-        const int64_t row = slot + (rr / p.pf_slots) * static_cast<int64_t>(p.n_half);
-        const uintptr_t a = base + p.off[k] + static_cast<uintptr_t>(row * p.stride[k]);
-        uintptr_t lo = a & ~uintptr_t{15},
-                  hi = (a + static_cast<uintptr_t>(p.pf_len[k]) + 15) & ~uintptr_t{15};
-        lo = lo > lim_lo ? lo : lim_lo;
-        hi = hi < lim_hi ? hi : lim_hi;
-        if (hi <= lo) continue;
-        if (line) {
-            for (uintptr_t l = (lo & ~uintptr_t{127}) + 128u * static_cast<unsigned>(lane); l < hi;
-                 l += 32u * 128u)
-                prefetch_l2_line(l > lo ? l : lo);
-        } else {
-            prefetch_l2_bulk(lo, static_cast<uint32_t>(hi - lo));
-        }
-    }
-}
-
 // The fused moe_combine of an expert-slot GEMV (GemvParams::comb_*, one token, no glu): once every
 // slot's CTA has written its rows of row group `group` (an arrival counter per group, counted in after
 // the CTA's whole loop; the last CTA resets it), the last one writes comb_y[o] = comb_res[o] + sum_s
@@ -393,9 +353,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
     set_rows(group);
     load_batch(0);  // weights never depend on earlier kernels: in flight before the PDL wait (not
                     // in expert mode, where the rows depend on the ids)
-    // Prefetch variants: the CTA's next weights into L2 while it waits and runs the prologue.
     if constexpr (!E) {
-        if (p.pf_np > 0) gemv_prefetch(p, group, p.pf_groups);
         pdl_wait();  // x, norm inputs, residual and y are written/read by neighbouring kernels
     }
     if (p.debug != 1) {
@@ -447,9 +405,6 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
         if (more) {
             if (next_group != group) set_rows(next_group);
             load_batch(next_batch);
-            // Rolling prefetch: entering a new group, hint the last group of the window.
-            if (!E && p.pf_roll && next_group != group)
-                gemv_prefetch(p, next_group + (p.pf_groups - 1) * static_cast<int>(gridDim.x), 1);
         }
         if (next_batch == 0) {  // the group is complete: reduce over lanes (and warps), epilogue
 #pragma unroll

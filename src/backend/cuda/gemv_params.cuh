@@ -162,22 +162,12 @@ struct GemvParams {
     int tok_bytes = 0;     // shared-memory bytes per token
     int plane_bytes = 0;   // bytes per activation plane
     int meta_off = 0;      // quantized: byte offset of the block meta inside a token area
-    // L2 prefetch hints (prefetch variants; pf_np = 0: none). Set by gemv_set_prefetch. The kernel
-    // hints the first pf_len[k] bytes of every weight row of plane k < pf_np for pf_slots slots
-    // (output or gate rows; glu: with their up rows) of each group it will compute, pf_groups of
-    // its groups ahead (the current one included), clamped to [w, w + w_bytes).
     size_t w_bytes = 0;  // bytes of the weight allocation (GpuMatrix::bytes)
-    int64_t pf_len[4] = {0, 0, 0, 0};
-    int pf_np = 0;
-    int pf_slots = 0;      // slots per group (the launch's rows per group)
-    int pf_groups = 0;     // window of groups (>= 1), starting at the CTA's current group
-    bool pf_line = false;  // prefetch.global.L2 per 128-byte line, else cp.async.bulk.prefetch.L2
-    bool pf_roll = false;  // on entering each later group, hint the group that ends the window
     // Expert slots (GemvArgs::n_expert_slots; 0 = off). The CTAs of blockIdx.y = slot compute
     // slot's rows: weight rows from expert_ids[slot] * expert_rows (the ids are read after the
     // PDL wait; ids outside [0, n_experts) read expert 0), activations from
     // x + (slot / x_slot_div) * x_slot_stride, outputs (and residual) at + slot * y_slot_stride.
-    // n_slots / n_half above are per expert. No L2 prefetch in this mode (pf_np = 0).
+    // n_slots / n_half above are per expert.
     const int32_t* expert_ids = nullptr;
     int n_expert_slots = 0;
     int n_experts = 0;

@@ -1,5 +1,5 @@
-// Private to the GEMV translation units (through gemv_impl.cuh): device helpers (streaming loads, L2
-// prefetch hints, reductions) and the per-weight-type traits of the GEMV kernel: how a lane loads,
+// Private to the GEMV translation units (through gemv_impl.cuh): device helpers (streaming loads,
+// reductions) and the per-weight-type traits of the GEMV kernel: how a lane loads,
 // unpacks and dots one unit of each layout (the layouts are described in gemv_params.cuh). CUDA only.
 #pragma once
 
@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/gemv_params.cuh"
-#include "backend/cuda/l2_hint.cuh"
 
 namespace pelican::cuda::detail {
 
@@ -32,15 +31,6 @@ __device__ __forceinline__ uint32_t ld_stream2(const uint8_t* p) {
     unsigned short h;
     asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(h) : "l"(p));
     return h;
-}
-
-// L2 prefetch hints (no data returned, nothing waits for them; they never change results): the bulk
-// form is prefetch_l2_bulk (l2_hint.cuh).
-// The 128-byte line holding addr.
-__device__ __forceinline__ void prefetch_l2_line(uintptr_t addr) {
-    asm volatile("prefetch.global.L2 [%0];"
-                 :
-                 : "l"(__cvta_generic_to_global(reinterpret_cast<const void*>(addr))));
 }
 
 __device__ __forceinline__ float half_bits_to_float(uint32_t h) {

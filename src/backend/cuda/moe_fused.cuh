@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/cuda/gemv_impl.cuh"
+#include "backend/cuda/l2_hint.cuh"
 #include "backend/cuda/moe_fused.h"
 #include "backend/cuda/moe_route.cuh"
 
