@@ -137,7 +137,8 @@ Expected<BatchBenchResult> run_batch_bench(const Engine& engine, const BatchBenc
     const auto memory_for = [&](int32_t B) {
         // One recurrent checkpoint: the bench never truncates (a recurrent state entry per sequence and
         // checkpoint is the bulk of a hybrid model's memory: 60 MiB per entry for the 35B-A3B shape).
-        MemoryOptions mo{.max_seqs = B, .max_seq_tokens = ctx, .block_tokens = p.block_tokens, .checkpoints = 1};
+        MemoryOptions mo{
+            .max_seqs = B, .max_seq_tokens = ctx, .block_tokens = p.block_tokens, .checkpoints = 1};
         if (p.kv_memory_gib > 0 && per_pos > 0)
             mo.kv_tokens = std::max<int64_t>(
                 p.block_tokens, static_cast<int64_t>(p.kv_memory_gib * 1024.0 * 1024.0 * 1024.0 / per_pos));

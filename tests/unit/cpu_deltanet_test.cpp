@@ -67,8 +67,8 @@ void check(const DeltaNetShape& s, int64_t n, cpu::Isa isa, uint32_t seed) {
         const double eo = max_rel(o, o_ref), es = max_rel(st, s_ref);
         EXPECT_LT(eo, kBound) << (chunked ? "chunked" : "recurrent") << " outputs";
         EXPECT_LT(es, kBound) << (chunked ? "chunked" : "recurrent") << " state";
-        std::printf("cpu delta rule %s dk %d n %lld %s: outputs %.2e, state %.2e\n", cpu::isa_name(isa), s.d_k,
-                    static_cast<long long>(n), chunked ? "chunked" : "recurrent", eo, es);
+        std::printf("cpu delta rule %s dk %d n %lld %s: outputs %.2e, state %.2e\n", cpu::isa_name(isa),
+                    s.d_k, static_cast<long long>(n), chunked ? "chunked" : "recurrent", eo, es);
     }
     cpu::set_isa(cpu::detected_isa());
 }
@@ -80,7 +80,8 @@ TEST(CpuDeltaRule, BothFormsMatchTheReferenceOnEveryIsa) {
     for (cpu::Isa isa : isas) {
         for (bool tiled : {false, true})
             for (int64_t n : {1, 3, 64, 150})
-                check({.n_k_heads = 2, .n_v_heads = 4, .d_k = 16, .d_v = 12, .v_tiled = tiled}, n, isa, ++seed);
+                check({.n_k_heads = 2, .n_v_heads = 4, .d_k = 16, .d_v = 12, .v_tiled = tiled}, n, isa,
+                      ++seed);
         check({.n_k_heads = 4, .n_v_heads = 8, .d_k = 128, .d_v = 128, .v_tiled = true}, 70, isa, ++seed);
         check({.n_k_heads = 4, .n_v_heads = 8, .d_k = 128, .d_v = 128, .v_tiled = true}, 1, isa, ++seed);
     }

@@ -77,7 +77,8 @@ TEST_P(CpuQwen35Ops, NormsGatesAndSigmoid) {
     const auto a = randn(static_cast<size_t>(n_tok * heads), rng, 4.0f), b = randn(a.size(), rng, 4.0f);
     const auto a_log = randn(heads, rng), dt = randn(heads, rng);
     std::vector<float> g(a.size()), beta(a.size()), g_ref(a.size()), beta_ref(a.size());
-    ref::deltanet_gates(a.data(), b.data(), a_log.data(), dt.data(), n_tok, heads, g_ref.data(), beta_ref.data());
+    ref::deltanet_gates(a.data(), b.data(), a_log.data(), dt.data(), n_tok, heads, g_ref.data(),
+                        beta_ref.data());
     cpu::deltanet_gates(a.data(), b.data(), a_log.data(), dt.data(), n_tok, heads, g.data(), beta.data());
     EXPECT_LT(max_rel(g, g_ref), kBound) << "g";
     EXPECT_LT(max_rel(beta, beta_ref), kBound) << "beta";

@@ -49,13 +49,14 @@ void check_runs(const Shape& sh) {
     std::vector<float> entries = test::random_vec(rng, n_entries * entry_f, 0.3f);
     const std::vector<float> x = test::random_vec(rng, rows * w_in, 1.0f);
     const std::vector<float> conv_w = test::random_vec(rng, cd * sh.kernel, 0.5f);
-    const std::vector<float> a_log = test::random_vec(rng, sh.nv, 0.5f), dt = test::random_vec(rng, sh.nv, 0.5f);
+    const std::vector<float> a_log = test::random_vec(rng, sh.nv, 0.5f),
+                             dt = test::random_vec(rng, sh.nv, 0.5f);
     const std::vector<float> norm_w = test::random_vec(rng, sh.d, 1.0f);
 
-    DeviceBuffer d_x = to_device(x), d_cw = to_device(conv_w), d_alog = to_device(a_log), d_dt = to_device(dt),
-                 d_nw = to_device(norm_w), d_ent = to_device(entries), d_row_run = to_device(row_run),
-                 d_row0 = to_device(row0), d_sin = to_device(state_in), d_cin = to_device(conv_in),
-                 d_sout = to_device(state_out);
+    DeviceBuffer d_x = to_device(x), d_cw = to_device(conv_w), d_alog = to_device(a_log),
+                 d_dt = to_device(dt), d_nw = to_device(norm_w), d_ent = to_device(entries),
+                 d_row_run = to_device(row_run), d_row0 = to_device(row0), d_sin = to_device(state_in),
+                 d_cin = to_device(conv_in), d_sout = to_device(state_out);
     DeviceBuffer d_y(rows * cd * 4), d_out(rows * vd * 4);
     ASSERT_EQ(cudaMemset(d_out.get(), 0, rows * vd * 4), cudaSuccess);
     const auto args = [&](const float* xin, const float* conv_out, float* out, int n_tok) {
@@ -124,10 +125,11 @@ void check_runs(const Shape& sh) {
                   cudaSuccess);
         for (int row = row0[static_cast<size_t>(run)]; row < row0[static_cast<size_t>(run) + 1]; ++row) {
             const float* xr = d_x.as<float>() + row * w_in;
-            cuda::conv1d_silu(xr, w_in, 1, cd, sh.kernel, d_cw.as<float>(), d_conv.as<float>(), d_y1.as<float>(),
-                              nullptr);
-            EXPECT_TRUE(same_bits(from_device<float>(d_y1, static_cast<size_t>(cd)),
-                                  std::vector<float>(got_y.begin() + row * cd, got_y.begin() + (row + 1) * cd)))
+            cuda::conv1d_silu(xr, w_in, 1, cd, sh.kernel, d_cw.as<float>(), d_conv.as<float>(),
+                              d_y1.as<float>(), nullptr);
+            EXPECT_TRUE(
+                same_bits(from_device<float>(d_y1, static_cast<size_t>(cd)),
+                          std::vector<float>(got_y.begin() + row * cd, got_y.begin() + (row + 1) * cd)))
                 << "conv output of row " << row;
             const int e = state_out[static_cast<size_t>(row)];
             if (e >= 0) {
@@ -139,8 +141,9 @@ void check_runs(const Shape& sh) {
             cuda::DeltaNetStepArgs one = args(xr, d_y1.as<float>(), d_o1.as<float>(), 1);
             one.state = d_ssm.as<float>();
             cuda::deltanet_step(one, nullptr);
-            EXPECT_TRUE(same_bits(from_device<float>(d_o1, static_cast<size_t>(vd)),
-                                  std::vector<float>(got_out.begin() + row * vd, got_out.begin() + (row + 1) * vd)))
+            EXPECT_TRUE(
+                same_bits(from_device<float>(d_o1, static_cast<size_t>(vd)),
+                          std::vector<float>(got_out.begin() + row * vd, got_out.begin() + (row + 1) * vd)))
                 << "DeltaNet output of row " << row;
             if (e >= 0) {
                 EXPECT_TRUE(same_bits(from_device<float>(d_ssm, static_cast<size_t>(ssm_f)),

@@ -57,8 +57,9 @@ std::unique_ptr<cuda::CudaExecutor> gpu_executor(const Model& m, int64_t max_tok
     auto gm = cuda::GpuModel::upload(m, /*log_progress=*/false);
     EXPECT_TRUE(gm.ok()) << gm.error().message;
     if (!gm.ok()) return nullptr;
-    auto e = cuda::CudaExecutor::create(std::shared_ptr<const cuda::GpuModel>(std::move(gm).value()),
-                                        {.max_batch_tokens = max_tokens, .max_seqs = 8, .max_seq_tokens = 512});
+    auto e =
+        cuda::CudaExecutor::create(std::shared_ptr<const cuda::GpuModel>(std::move(gm).value()),
+                                   {.max_batch_tokens = max_tokens, .max_seqs = 8, .max_seq_tokens = 512});
     EXPECT_TRUE(e.ok()) << e.error().message;
     return e.ok() ? std::move(e).value() : nullptr;
 }
@@ -178,7 +179,8 @@ TEST_P(CudaExecutorHybrid, TruncateWithinCheckpointsIsExactAndFurtherBackReports
     constexpr int32_t K = 4;
     auto exec = gpu_executor(*fx.model, 64);
     ASSERT_TRUE(exec);
-    auto mem = exec->create_memory({.max_seqs = 2, .max_seq_tokens = 80, .block_tokens = 4, .checkpoints = K});
+    auto mem =
+        exec->create_memory({.max_seqs = 2, .max_seq_tokens = 80, .block_tokens = 4, .checkpoints = K});
     ASSERT_TRUE(mem.ok());
     std::mt19937 rng(5);
     const SeqId s = (*mem)->open().value();
@@ -277,10 +279,12 @@ TEST_P(CudaExecutorHybridGolden, LogitsAndGreedyMatchTransformers) {
     auto exec = gpu_executor(**m, 512);
     ASSERT_TRUE(exec);
     const auto V = static_cast<size_t>((*m)->hparams().n_vocab);
-    const auto close = [&](const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+    const auto close = [&](const std::vector<float>& got, const std::vector<float>& want,
+                           const std::string& what) {
         ASSERT_EQ(got.size(), want.size()) << what;
         const double d = golden::row_rel_diff(got, want, V);
-        fmt::print("cuda executor hybrid golden {} {}: max relative logit error {:.2e}\n", GetParam(), what, d);
+        fmt::print("cuda executor hybrid golden {} {}: max relative logit error {:.2e}\n", GetParam(), what,
+                   d);
         EXPECT_LT(d, 1e-4) << what;
     };
     for (const char* name : {"a", "b"}) {

@@ -1,6 +1,7 @@
-// Shared by the GEMV tests (cuda_gemv_test.cpp: the register-streaming kernels and their variants): one call of cuda::gemv against the scalar
-// references on fresh random inputs (run_case), and a chain of calls replayed from a CUDA graph
-// against the same chain launched eagerly. Include only in tests built with the CUDA backend.
+// Shared by the GEMV tests (cuda_gemv_test.cpp: the register-streaming kernels and their variants): one call
+// of cuda::gemv against the scalar references on fresh random inputs (run_case), and a chain of calls
+// replayed from a CUDA graph against the same chain launched eagerly. Include only in tests built with the
+// CUDA backend.
 //
 // Tolerances (u = 2^-24, M[t, o] = sum_i mag_i(o) |x_i| from test::partial_magnitude, which bounds
 // every partial product the kernels form, zero-point terms included):

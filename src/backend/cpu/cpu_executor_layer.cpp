@@ -77,14 +77,16 @@ void CpuExecutor::deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemo
         if (n_states_[i] == 1 && run.n > 1) {  // a prefill chunk: chunked form, the last state kept
             const int32_t dst = mem.state_write_entry(run.seq, 0);
             std::memcpy(st.conv(r, dst), st.conv(r, read), entry_bytes);
-            blocks_->deltanet_core(W, run.row0, run.n, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/true, pool);
+            blocks_->deltanet_core(W, run.row0, run.n, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/true,
+                                   pool);
             continue;
         }
         for (int64_t t = 0; t < run.n; ++t) {  // token by token, a state per token
             const int32_t src = t == 0 ? read : mem.state_write_entry(run.seq, static_cast<int32_t>(t - 1));
             const int32_t dst = mem.state_write_entry(run.seq, static_cast<int32_t>(t));
             std::memcpy(st.conv(r, dst), st.conv(r, src), entry_bytes);
-            blocks_->deltanet_core(W, run.row0 + t, 1, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/false, pool);
+            blocks_->deltanet_core(W, run.row0 + t, 1, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/false,
+                                   pool);
         }
     }
 }

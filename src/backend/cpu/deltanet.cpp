@@ -42,7 +42,8 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
             return;
         }
         thread_local std::vector<float> scratch;
-        if (static_cast<int64_t>(scratch.size()) < scratch_floats) scratch.resize(static_cast<size_t>(scratch_floats));
+        if (static_cast<int64_t>(scratch.size()) < scratch_floats)
+            scratch.resize(static_cast<size_t>(scratch_floats));
         if (avx512)
             detail::dn_chunked_head_avx512(d, scratch.data());
         else

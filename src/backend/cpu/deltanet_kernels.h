@@ -51,13 +51,13 @@ void dn_recurrent_head(const DnHead& h) {
 void dn_chunked_head(const DnHead& h, float* scratch) {
     const int dk = h.dk, dv = h.dv;
     constexpr int C = kDnChunk;
-    float* kt = scratch;       // [dk, C] the chunk's keys, transposed
-    float* A = kt + C * dk;    // [C, C] beta_i (k_i . k_j) exp(gamma_i - gamma_j), j < i
-    float* QK = A + C * C;     // [C, C] (q_i . k_j) exp(gamma_i - gamma_j), j <= i
-    float* U = QK + C * C;     // [C, dv]
-    float* Vn = U + C * dv;    // [C, dv] the chunk's deltas v'
-    float* W = Vn + C * dv;    // [C, dk]
-    float* row = W + C * dk;   // [max(C, dv)] one row's partial sums
+    float* kt = scratch;      // [dk, C] the chunk's keys, transposed
+    float* A = kt + C * dk;   // [C, C] beta_i (k_i . k_j) exp(gamma_i - gamma_j), j < i
+    float* QK = A + C * C;    // [C, C] (q_i . k_j) exp(gamma_i - gamma_j), j <= i
+    float* U = QK + C * C;    // [C, dv]
+    float* Vn = U + C * dv;   // [C, dv] the chunk's deltas v'
+    float* W = Vn + C * dv;   // [C, dk]
+    float* row = W + C * dk;  // [max(C, dv)] one row's partial sums
     double gam[C];
     float eg[C], edl[C];  // exp(gamma_i), exp(gamma_last - gamma_i)
     float* S = h.S;

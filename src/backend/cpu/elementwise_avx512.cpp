@@ -83,8 +83,10 @@ void sigmoid_mul_avx512(float* x, const float* gate, int64_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 k = tail_mask(n - i);
-        const __m512 e = avx512::exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(k, gate + i)));
-        _mm512_mask_storeu_ps(x + i, k, _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_add_ps(one, e)));
+        const __m512 e =
+            avx512::exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(k, gate + i)));
+        _mm512_mask_storeu_ps(x + i, k,
+                              _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_add_ps(one, e)));
     }
 }
 

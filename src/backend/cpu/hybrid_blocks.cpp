@@ -56,8 +56,8 @@ void HybridBlocks::deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t
     scale(q, 1.0f / std::sqrt(static_cast<float>(s.d_k)), q, n * kd);
     float* g = g_.data() + row0 * nv;
     float* beta = beta_.data() + row0 * nv;
-    deltanet_gates(a_.data() + row0 * nv, b_.data() + row0 * nv, W.a_log, W.dt_bias, n,
-                        static_cast<int>(nv), g, beta);
+    deltanet_gates(a_.data() + row0 * nv, b_.data() + row0 * nv, W.a_log, W.dt_bias, n, static_cast<int>(nv),
+                   g, beta);
     float* out = core_.data() + row0 * vd;
     gated_delta_rule(q, k, v, g, beta, n, s, ssm_state, out, chunked, pool);
 }

@@ -168,7 +168,8 @@ Status CudaExecutor::init() {
             want(eids_, T * ko * 4), want(ewts_, T * ko * f);
             want(eact_, T * ko * ffe * f), want(eout_, T * ko * E * f), want(sout_, T * E * f);
             want(group_expert_, static_cast<size_t>(groups) * 4), want(slot_row_, T * ko * 4);
-            want(row_slot_, gr * 4), want(xg_, gr * E * f), want(eactg_, gr * ffe * f), want(eoutg_, gr * E * f);
+            want(row_slot_, gr * 4), want(xg_, gr * E * f), want(eactg_, gr * ffe * f),
+                want(eoutg_, gr * E * f);
         }
         want(dn_ws_, deltanet_chunk_scratch_bytes(max_tokens_, ls.n_v_heads, ls.d_k));
     }
@@ -309,7 +310,8 @@ void CudaExecutor::stage(const Batch& b, const SequenceMemory& mem, int64_t tabl
     std::copy(b.out_rows.begin(), b.out_rows.end(), out_rows);
     if (hybrid_) plan_states(mem, h + 8 * T, h + 5 * T, h + 6 * T, h + 7 * T);
     // One copy: the [T] arrays, then the tables the step uses.
-    const size_t bytes = (kIoArrays * T + 1 + runs_.size() * static_cast<size_t>(table_stride)) * sizeof(int32_t);
+    const size_t bytes =
+        (kIoArrays * T + 1 + runs_.size() * static_cast<size_t>(table_stride)) * sizeof(int32_t);
     PELICAN_CUDA_CHECK(cudaMemcpyAsync(io_.get(), h, bytes, cudaMemcpyHostToDevice, stream_));
     PELICAN_CUDA_CHECK(cudaEventRecord(stage_ev_[half_], stream_));
 }

@@ -116,8 +116,8 @@ private:
     void moe_block(const GpuHybridLayer& L, int64_t n);
     // y = [gate | up] parts -> silu(gate) * up -> down of the layer input (x_ with the norm prologue
     // in a GEMV step, else xn_), added to x_ when residual.
-    void swiglu_block(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, const float* norm, int64_t n,
-                      float* y, bool residual);
+    void swiglu_block(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, const float* norm,
+                      int64_t n, float* y, bool residual);
     // y [n, width] = parts of the layer input: GEMVs of x_ with the norm prologue (n <= gemv_rows_),
     // else matmuls of xn_ (the caller normed it).
     void project(const std::vector<GpuPart>& parts, const float* norm, int64_t n, float* y, int64_t width);
@@ -152,7 +152,7 @@ private:
     const int32_t max_seqs_;
     const int64_t max_seq_tokens_;
     const DType kv_type_;
-    int64_t qkv_w_ = 0;       // q_dim + 2 * kv_dim (hybrid: max(w_dn_, w_at_))
+    int64_t qkv_w_ = 0;  // q_dim + 2 * kv_dim (hybrid: max(w_dn_, w_at_))
     int64_t ff_ = 0;
     int64_t max_blocks_ = 0;  // block-table entries of one sequence staged (smallest block size: 1)
     int gemv_rows_ = 1;
@@ -200,7 +200,7 @@ private:
     float* sout_ = nullptr;        // [T, n_embd] shared expert output (not stacked)
     int32_t *group_expert_ = nullptr, *slot_row_ = nullptr, *row_slot_ = nullptr;  // moe_group_slots
     float *xg_ = nullptr, *eactg_ = nullptr, *eoutg_ = nullptr;                    // grouped rows
-    void* dn_ws_ = nullptr;        // deltanet_chunked scratch
+    void* dn_ws_ = nullptr;                                                        // deltanet_chunked scratch
     void* attn_ws_ = nullptr;
     size_t attn_ws_bytes_ = 0;
     int64_t max_seq_rows_ = 1;  // most rows of one sequence in the current step

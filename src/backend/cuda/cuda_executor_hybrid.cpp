@@ -188,8 +188,8 @@ void CudaExecutor::deltanet_block(const GpuHybridLayer& L, int r, int64_t n, con
         if (chunk_in_[i] < 0) continue;
         const int64_t r0 = runs_[i].row0;
         float* state = st.ssm(r, chunk_out_[i]);
-        PELICAN_CUDA_CHECK(cudaMemcpyAsync(state, st.ssm(r, chunk_in_[i]), ssm_bytes, cudaMemcpyDeviceToDevice,
-                                           stream_));
+        PELICAN_CUDA_CHECK(
+            cudaMemcpyAsync(state, st.ssm(r, chunk_in_[i]), ssm_bytes, cudaMemcpyDeviceToDevice, stream_));
         DeltaNetStepArgs ch = d;
         ch.n_tok = static_cast<int>(runs_[i].n);
         ch.conv_out = conv_ + r0 * cd;

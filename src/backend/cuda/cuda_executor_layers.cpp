@@ -24,7 +24,8 @@ void CudaExecutor::forward(int64_t n, int64_t n_out, const CudaMemoryStorage& st
         if (hybrid_)
             hybrid_layer(il, n, st, table_stride, max_kv);
         else if (n <= gemv_rows_)
-            layer_gemv(il, static_cast<int>(n), st.kv(kv_slot_[static_cast<size_t>(il)]), table_stride, max_kv);
+            layer_gemv(il, static_cast<int>(n), st.kv(kv_slot_[static_cast<size_t>(il)]), table_stride,
+                       max_kv);
         else
             layer_gemm(il, n, st.kv(kv_slot_[static_cast<size_t>(il)]), table_stride, max_kv);
     }

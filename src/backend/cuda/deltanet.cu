@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(StepCfg<D>::kThreads, 1) deltanet_step_kernel(
     // reset), at least two launches back (the conv kernel runs in between): pdl.cuh allows reading it
     // before the wait, so its 64 KiB per head stream in while the conv kernel finishes.
     const int64_t s_off = int64_t{h} * D * D + int64_t{grp} * RPT * D + j;  // S[h][RPT grp][j] (owners)
-    float S[RPT];                                                         // S[i] = S[h][RPT grp + i][j]
+    float S[RPT];                                                           // S[i] = S[h][RPT grp + i][j]
 #pragma unroll
     for (int i = 0; i < RPT; ++i) S[i] = owns ? __ldcg(s_src + s_off + int64_t{i} * D) : 0.0f;
     // The folded conv: this thread's channels' weights and last K - 1 inputs (the conv state, written

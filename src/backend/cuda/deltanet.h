@@ -122,7 +122,7 @@ struct ConvRunsArgs {
     int n_rows = 0;
     int64_t n_ch = 0;
     int kernel = 0;
-    const float* w = nullptr;  // [n_ch, kernel]
+    const float* w = nullptr;                // [n_ch, kernel]
     const int32_t* row_run = nullptr;        // [n_rows]
     const int32_t* run_row0 = nullptr;       // [runs + 1]
     const int32_t* run_state_in = nullptr;   // [runs]

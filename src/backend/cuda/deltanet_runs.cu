@@ -34,7 +34,9 @@ __global__ void __launch_bounds__(kThreads) conv_runs_kernel(const ConvRunsArgs 
     pdl_trigger();
     if (c >= a.n_ch) return;
     // xx(i): the run's input at token index i (i < 0: from the conv state, row H + i).
-    const auto xx = [&](int i) { return i >= 0 ? a.x[int64_t{r0 + i} * a.x_stride + c] : st[(H + i) * a.n_ch + c]; };
+    const auto xx = [&](int i) {
+        return i >= 0 ? a.x[int64_t{r0 + i} * a.x_stride + c] : st[(H + i) * a.n_ch + c];
+    };
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < K; ++j) acc = fmaf(w[j], xx(t - H + j), acc);
@@ -53,7 +55,8 @@ __global__ void __launch_bounds__(kThreads) conv_runs_kernel(const ConvRunsArgs 
 
 template <int K>
 void launch(const ConvRunsArgs& a, cudaStream_t stream) {
-    const dim3 grid(static_cast<unsigned>((a.n_ch + kThreads - 1) / kThreads), static_cast<unsigned>(a.n_rows));
+    const dim3 grid(static_cast<unsigned>((a.n_ch + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(a.n_rows));
     launch_pdl(conv_runs_kernel<K>, grid, dim3(kThreads), 0, stream, a);
 }
 

@@ -86,7 +86,6 @@ int gemv_max_tokens(const GpuMatrix& m);
 // (16-byte aligned rows take the vector path).
 void gemv(const GpuMatrix& w, const GemvArgs& a, cudaStream_t stream);
 
-
 // For benchmarks and tuning: size the grid for ctas_per_sm CTAs per SM, each looping over its
 // share of the rows (0, the default: as many CTAs as fit on the GPU at once). A large value
 // gives one CTA per row group (no loop).

@@ -10,8 +10,8 @@
 //     memory flush in their own pdl_wait()).
 // Because every kernel triggers only after its own wait, when a kernel's CTAs run, the kernel two
 // launches back (and everything before it) has completed and its writes are visible: such data may
-// be read before pdl_wait() (the DeltaNet state in deltanet_step). A kernel that triggered before its wait would break this.
-// Kernels launched normally may call both (they are no-ops then). PELICAN_PDL=0 in the
+// be read before pdl_wait() (the DeltaNet state in deltanet_step). A kernel that triggered before its wait
+// would break this. Kernels launched normally may call both (they are no-ops then). PELICAN_PDL=0 in the
 // environment disables the attribute (every launch fully serialised) for debugging.
 #pragma once
 
