@@ -9,11 +9,7 @@
 //     "guess us": the built-in variant choice; "tuned us": after gemv_autotune on that shape.
 //   * the autotuner's time for every kernel variant per shape (unless --no-sweep).
 //
-//   * --decompose: instead of the above, where one call's time goes (n_tok = 1, the tuned variant,
-//     with and without the fused RMSNorm): the full kernel, without the activation prologue, the
-//     prologue alone (no weight loop) and an empty kernel (launch, PDL wait/trigger, drain).
-//
-//   cuda_gemv_bench [--quick] [--types q4_0,q6_k,...] [--no-sweep] [--decompose]
+//   cuda_gemv_bench [--quick] [--types q4_0,q6_k,...] [--no-sweep]
 // --quick: fewer repetitions, n_tok = 1 only, no sweep.
 #include <algorithm>
 #include <cstdio>
@@ -213,49 +209,16 @@ private:
     bool norm_ = true;
 };
 
-// --decompose: microseconds per call of the tuned variant in each debug mode.
-void decompose(const std::vector<DType>& types, std::mt19937& gen) {
-    const Shape shapes[] = {{"4096x4096", 4096, 4096, false},
-                            {"2x14336x4096 glu", 2 * 14336, 4096, true},
-                            {"4096x14336", 4096, 14336, false}};
-    std::printf("where one call goes (us per call in a graph of 20; n_tok = 1; tuned variant)\n");
-    std::printf("%-6s %-18s %-5s %9s %9s %9s %9s %9s  %s\n", "type", "shape", "norm", "floor", "full",
-                "no prol.", "prol.only", "empty", "variant");
-    for (DType t : types) {
-        for (const Shape& s : shapes) {
-            Bench b(t, s, gen);
-            for (bool norm : {true, false}) {
-                b.set_norm(norm);
-                std::vector<float> us;
-                const int v = b.tune(1, us);
-                double m[4];
-                for (int mode = 0; mode < 4; ++mode) {
-                    cuda::gemv_set_debug_mode(mode);
-                    m[mode] = b.time(1, 10).first;
-                }
-                cuda::gemv_set_debug_mode(0);
-                const double floor_us = static_cast<double>(b.read_bytes()) / 4.2e9 * 1e3;  // at 4.2 TB/s
-                std::printf("%-6s %-18s %-5s %9.2f %9.2f %9.2f %9.2f %9.2f  %s\n",
-                            std::string(dtype_name(t)).c_str(), s.name, norm ? "yes" : "no", floor_us, m[0],
-                            m[1], m[2], m[3], cuda::gemv_variant_name(v));
-                std::fflush(stdout);
-            }
-        }
-    }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool quick = false, sweep = true, decomp = false;
+    bool quick = false, sweep = true;
     std::vector<DType> types = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K,
                                 DType::F16,  DType::BF16, DType::F32};
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--quick")) {
             quick = true;
             sweep = false;
-        } else if (!std::strcmp(argv[i], "--decompose")) {
-            decomp = true;
         } else if (!std::strcmp(argv[i], "--no-sweep")) {
             sweep = false;
         } else if (!std::strcmp(argv[i], "--types") && i + 1 < argc) {
@@ -268,9 +231,7 @@ int main(int argc, char** argv) {
                 p = q + 1;
             }
         } else {
-            std::fprintf(stderr,
-                         "usage: cuda_gemv_bench [--quick] [--types q4_0,q6_k,...] [--no-sweep] "
-                         "[--decompose]\n");
+            std::fprintf(stderr, "usage: cuda_gemv_bench [--quick] [--types q4_0,q6_k,...] [--no-sweep]\n");
             return 2;
         }
     }
@@ -279,11 +240,6 @@ int main(int argc, char** argv) {
         return 0;
     }
     std::printf("device: %s\n", cuda::device_description(0).c_str());
-    if (decomp) {
-        std::mt19937 g(1234);
-        decompose(types, g);
-        return 0;
-    }
     const double bw = copy_bandwidth(quick ? 5 : 20);
     std::printf(
         "copy bandwidth (D2D memcpy 2 GiB, read+write): %.0f GB/s; goal 85%% = %.0f GB/s of weights\n\n", bw,

@@ -20,7 +20,6 @@ namespace detail {
 namespace {
 
 std::atomic<int> g_grid_ctas_per_sm{0};
-std::atomic<int> g_debug_mode{0};
 
 // Per-device limits for the occupancy estimate (read once per device).
 struct DeviceLimits {
@@ -59,8 +58,6 @@ const DeviceLimits& device_limits() {
 }  // namespace
 
 int gemv_grid_ctas_per_sm() { return g_grid_ctas_per_sm.load(std::memory_order_relaxed); }
-
-int gemv_debug_mode() { return g_debug_mode.load(std::memory_order_relaxed); }
 
 int gemv_sm_count() { return std::max(1, device_limits().sms); }
 
@@ -106,8 +103,6 @@ void gemv_prepare(DType t) {
 }
 
 }  // namespace detail
-
-void gemv_set_debug_mode(int mode) { detail::g_debug_mode.store(mode >= 0 && mode <= 3 ? mode : 0); }
 
 void gemv_set_grid_policy(int ctas_per_sm) {
     detail::g_grid_ctas_per_sm.store(ctas_per_sm < 0 ? 0 : ctas_per_sm);

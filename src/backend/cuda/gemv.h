@@ -91,10 +91,6 @@ void gemv(const GpuMatrix& w, const GemvArgs& a, cudaStream_t stream);
 // gives one CTA per row group (no loop).
 void gemv_set_grid_policy(int ctas_per_sm);
 
-// For benchmarks only (cuda_gemv_bench --decompose): 0 normal; 1 skips the activation prologue;
-// 2 skips the weight loop; 3 launches empty kernels. Modes 1-3 produce wrong outputs.
-void gemv_set_debug_mode(int mode);
-
 // Kernel variants (decode kernel configuration x grid policy; the configuration applies to
 // n_tok = 1, the grid policy to every n_tok). Names like "r1u8k2/occ": rows per warp, 16-byte
 // units in flight per row and lane, split-K warps per row, CTAs per SM (occ = occupancy).

@@ -24,8 +24,6 @@ namespace pelican::cuda::detail {
 
 // CTAs per SM the grid is sized for: 0 = as many as fit (occupancy); see gemv_set_grid_policy.
 int gemv_grid_ctas_per_sm();
-// GemvParams::debug for every launch (gemv_set_debug_mode).
-int gemv_debug_mode();
 // SMs of the current device (cached per device).
 int gemv_sm_count();
 // L2 bytes of the current device (cached per device).
@@ -101,7 +99,6 @@ void gemv_launch(GemvParams p, int out_rows_per_warp, int policy, size_t smem, c
     int64_t cap = per_sm * gemv_sm_count() / n_y;
     if (cap < 1) cap = 1;
     const int grid = static_cast<int>(p.n_groups < cap ? p.n_groups : cap);
-    p.debug = gemv_debug_mode();
     launch_pdl(gemv_kernel<T, NT, R, U, KS, E, P>, dim3(grid, n_y), dim3(kGemvThreads), smem, stream, p);
 }
 

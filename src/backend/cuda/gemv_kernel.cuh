@@ -331,11 +331,6 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
         }
     };
 
-    if (p.debug == 3) {
-        pdl_wait();
-        pdl_trigger();
-        return;
-    }
     int group = static_cast<int>(blockIdx.x), batch = 0;
     if constexpr (E) {
         // The expert ids come from the router kernel: wait before reading them, so here the
@@ -356,15 +351,12 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvThreads <= 256 && NT * R * 
     if constexpr (!E) {
         pdl_wait();  // x, norm inputs, residual and y are written/read by neighbouring kernels
     }
-    if (p.debug != 1) {
-        if constexpr (T::kQuant)
-            gemv_prologue_quant<NT, T::kNP>(p, E ? x_e : p.x, smem);
-        else
-            gemv_prologue_float<NT, T::kNP>(p, E ? x_e : p.x, smem);
-    }
+    if constexpr (T::kQuant)
+        gemv_prologue_quant<NT, T::kNP>(p, E ? x_e : p.x, smem);
+    else
+        gemv_prologue_float<NT, T::kNP>(p, E ? x_e : p.x, smem);
     __syncthreads();
     pdl_trigger();  // this CTA has read x: the next kernel's CTAs may be scheduled
-    if (p.debug == 2) return;
 
     float acc[R][NT];
 #pragma unroll

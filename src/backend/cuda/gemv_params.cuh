@@ -181,9 +181,6 @@ struct GemvParams {
     const float* comb_w = nullptr;
     const float* comb_res = nullptr;
     float* comb_y = nullptr;
-    // Benchmarks only (gemv_set_debug_mode): 0 normal; 1 skip the activation prologue; 2 skip the
-    // weight loop (prologue only); 3 empty kernel (PDL wait and trigger). Modes 1-3 give wrong y.
-    int debug = 0;
 };
 
 }  // namespace pelican::cuda::detail
