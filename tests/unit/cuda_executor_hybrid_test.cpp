@@ -262,6 +262,18 @@ TEST_P(CudaExecutorHybrid, ForkCarriesTheRecurrentState) {
     }
 }
 
+// Steps beyond the DeltaNet kernels' grid limit are refused at creation, with a message.
+TEST_P(CudaExecutorHybrid, RefusesMoreRowsThanTheKernelsTake) {
+    Fixture fx(gpu_spec(GetParam()), std::string("cuexh_big_") + variant_name(GetParam()));
+    ASSERT_TRUE(fx.model);
+    auto gm = cuda::GpuModel::upload(*fx.model, /*log_progress=*/false);
+    ASSERT_TRUE(gm.ok()) << gm.error().message;
+    auto e = cuda::CudaExecutor::create(std::shared_ptr<const cuda::GpuModel>(std::move(gm).value()),
+                                        {.max_batch_tokens = 70000, .max_seqs = 8, .max_seq_tokens = 64});
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.error().message.find("65535"), std::string::npos) << e.error().message;
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrid, CudaExecutorHybrid, ::testing::Values(0, 1, 2),
                          [](const auto& info) { return variant_name(info.param); });
 

@@ -49,6 +49,12 @@ Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::create(std::shared_ptr<con
     if (opt.max_batch_tokens <= 0 || opt.max_batch_tokens > INT32_MAX)
         return make_error("batch size must be in 1 .. {}, got {}", INT32_MAX, opt.max_batch_tokens);
     if (opt.max_seqs <= 0) return make_error("CUDA executor: {} sequences", opt.max_seqs);
+    // The DeltaNet kernels take a step's rows and sequences as a grid dimension (at most 65535).
+    if (weights->hybrid() && (opt.max_batch_tokens > 65535 || opt.max_seqs > 65535))
+        return make_error(
+            "CUDA executor: a hybrid model takes at most 65535 rows and sequences per step (asked "
+            "for {} rows, {} sequences)",
+            opt.max_batch_tokens, opt.max_seqs);
     if (opt.max_seq_tokens <= 0 || opt.max_seq_tokens > INT32_MAX)
         return make_error("context size must be in 1 .. {}, got {}", INT32_MAX, opt.max_seq_tokens);
     const DType kv = opt.kv_type.value_or(weights->all_f32() ? DType::F32 : DType::F16);
