@@ -89,6 +89,9 @@ TEST_P(CpuQwen35Ops, NormsGatesAndSigmoid) {
     ref::rms_norm_gated(v.data(), z.data(), wn.data(), y_ref.data(), rows, n, 1e-6f);
     cpu::rms_norm_gated(v.data(), z.data(), wn.data(), y.data(), rows, n, 1e-6f);
     EXPECT_LT(max_rel(y, y_ref), kBound) << "rms_norm_gated";
+    std::vector<float> yy = v;  // in place (y == x), as the hybrid block calls it
+    cpu::rms_norm_gated(yy.data(), z.data(), wn.data(), yy.data(), rows, n, 1e-6f);
+    EXPECT_EQ(yy, y) << "rms_norm_gated in place";
 
     auto s = v, s_ref = v;
     ref::sigmoid_gate_mul(s_ref.data(), z.data(), static_cast<int64_t>(s.size()) - 3);  // a tail too

@@ -262,6 +262,59 @@ TEST_P(CudaExecutorHybrid, ForkCarriesTheRecurrentState) {
     }
 }
 
+// A second memory of another shape on the same executor (same KV pool size, so the device may hand out
+// the same KV address: graphs are keyed on the memory itself), with 40 checkpoints: a 36-row prompt keeps a
+// state per token (as on the CPU), so truncating into it is exact; decode steps (graphs) follow.
+TEST_P(CudaExecutorHybrid, ASecondMemoryWithManyCheckpoints) {
+    Fixture fx(gpu_spec(GetParam()), std::string("cuexh_mem2_") + variant_name(GetParam()));
+    ASSERT_TRUE(fx.model);
+    auto exec = gpu_executor(*fx.model, 64);
+    ASSERT_TRUE(exec);
+    std::mt19937 rng(29);
+    std::vector<float> logits;
+    for (int32_t K : {4, 40}) {
+        SCOPED_TRACE("checkpoints " + std::to_string(K));
+        auto mem = exec->create_memory({.max_seqs = K == 4 ? 2 : 3,
+                                        .max_seq_tokens = 80,
+                                        .kv_tokens = 160,
+                                        .block_tokens = 4,
+                                        .checkpoints = K});
+        ASSERT_TRUE(mem.ok()) << mem.error().message;
+        const SeqId s = (*mem)->open().value();
+        std::vector<int32_t> toks = random_tokens(36, fx.V(), rng);
+        Step pre;
+        pre.add(s, 0, toks);
+        ASSERT_TRUE(pre.run(*exec, **mem, logits).ok());
+        for (int j = 0; j < 3; ++j) {  // one-row steps: graphs
+            const auto t = random_tokens(1, fx.V(), rng);
+            Step d;
+            d.add(s, static_cast<int64_t>(toks.size()), t);
+            ASSERT_TRUE(d.run(*exec, **mem, logits).ok());
+            toks.push_back(t[0]);
+            EXPECT_LT(test::max_rel_diff(logits, fx.reference(toks)), kBound) << "decode " << j;
+        }
+        const int64_t keep = 30;  // inside the prompt run
+        const int64_t got = (*mem)->truncate(s, keep);
+        if (K == 40) {
+            EXPECT_EQ(got, keep) << "a run within the checkpoints keeps every token's state";
+        } else {
+            EXPECT_LT(got, keep);
+        }
+        toks.resize(static_cast<size_t>(keep));
+        if (got < keep) {  // re-feed what the memory could not restore
+            Step r;
+            r.add(s, got, std::span(toks).subspan(static_cast<size_t>(got)));
+            ASSERT_TRUE(r.run(*exec, **mem, logits).ok());
+        }
+        const auto t = random_tokens(1, fx.V(), rng);
+        Step d;
+        d.add(s, keep, t);
+        ASSERT_TRUE(d.run(*exec, **mem, logits).ok());
+        toks.push_back(t[0]);
+        EXPECT_LT(test::max_rel_diff(logits, fx.reference(toks)), kBound) << "after the truncate";
+    }
+}
+
 // Steps beyond the DeltaNet kernels' grid limit are refused at creation, with a message.
 TEST_P(CudaExecutorHybrid, RefusesMoreRowsThanTheKernelsTake) {
     Fixture fx(gpu_spec(GetParam()), std::string("cuexh_big_") + variant_name(GetParam()));

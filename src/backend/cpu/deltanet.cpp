@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/deltanet_cpu.h"
 #include "backend/cpu/deltanet_kernels.h"
 
 namespace pelican::cpu {

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/thread_pool.h"
+#include "backend/cpu/deltanet_head.h"
 #include "ops/ops_qwen35.h"
 
 namespace pelican::cpu {
@@ -21,22 +22,6 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
 
 namespace detail {
 
-// One value head: token t's q / k at q + t * qk_stride (the head's key head), v / out rows v_stride /
-// out_stride apart, g / beta gb_stride apart; S [d_k, d_v].
-struct DnHead {
-    const float *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
-    int64_t qk_stride = 0, v_stride = 0, gb_stride = 0, out_stride = 0;
-    float* out = nullptr;
-    float* S = nullptr;
-    int dk = 0, dv = 0;
-    int64_t n_tok = 0;
-};
-inline constexpr int kDnChunk = 64;
-// Floats of one thread's scratch for heads of d_k, d_v.
-inline int64_t dn_scratch_floats(int dk, int dv) {
-    const int64_t C = kDnChunk;
-    return C * dk + 2 * C * C + C * dv * 2 + C * dk + dv + 64;
-}
 void dn_recurrent_head_avx512(const DnHead& h);
 void dn_chunked_head_avx512(const DnHead& h, float* scratch);
 

@@ -1,12 +1,13 @@
 // The per-head delta-rule kernels of deltanet_cpu.h, written once in plain C++ with every inner loop over
 // contiguous columns (so the compiler vectorises them) and included by deltanet.cpp (portable build) and
-// deltanet_avx512.cpp (AVX-512 build). Internal linkage: each including file gets its own copy.
+// deltanet_avx512.cpp (AVX-512 build). Internal linkage: each including file gets its own copy; no
+// standard-library templates or inline functions (their one shared copy could come from either build),
+// only builtins.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
+#include <cstdint>
 
-#include "backend/cpu/deltanet_cpu.h"
+#include "backend/cpu/deltanet_head.h"
 
 namespace pelican::cpu::detail {
 namespace {
@@ -21,9 +22,9 @@ void dn_recurrent_head(const DnHead& h) {
         const float* q = h.q + t * h.qk_stride;
         const float* k = h.k + t * h.qk_stride;
         const float* v = h.v + t * h.v_stride;
-        const float decay = std::exp(h.g[t * h.gb_stride]);
+        const float decay = __builtin_expf(h.g[t * h.gb_stride]);
         const float b = h.beta[t * h.gb_stride];
-        std::fill(u, u + dv, 0.0f);
+        for (int d = 0; d < dv; ++d) u[d] = 0.0f;
         for (int a = 0; a < dk; ++a) {
             float* Sa = S + static_cast<int64_t>(a) * dv;
             const float ka = k[a];
@@ -34,7 +35,7 @@ void dn_recurrent_head(const DnHead& h) {
         }
         for (int d = 0; d < dv; ++d) u[d] = b * (v[d] - u[d]);
         float* o = h.out + t * h.out_stride;
-        std::fill(o, o + dv, 0.0f);
+        for (int d = 0; d < dv; ++d) o[d] = 0.0f;
         for (int a = 0; a < dk; ++a) {
             float* Sa = S + static_cast<int64_t>(a) * dv;
             const float ka = k[a], qa = q[a];
@@ -62,7 +63,7 @@ void dn_chunked_head(const DnHead& h, float* scratch) {
     float eg[C], edl[C];  // exp(gamma_i), exp(gamma_last - gamma_i)
     float* S = h.S;
     for (int64_t t0 = 0; t0 < h.n_tok; t0 += C) {
-        const int L = static_cast<int>(std::min<int64_t>(C, h.n_tok - t0));
+        const int L = static_cast<int>(h.n_tok - t0 < C ? h.n_tok - t0 : C);
         const auto Q = [&](int i) { return h.q + (t0 + i) * h.qk_stride; };
         const auto K = [&](int i) { return h.k + (t0 + i) * h.qk_stride; };
         const auto V = [&](int i) { return h.v + (t0 + i) * h.v_stride; };
@@ -70,8 +71,8 @@ void dn_chunked_head(const DnHead& h, float* scratch) {
         double cum = 0.0;
         for (int i = 0; i < L; ++i) gam[i] = cum += h.g[(t0 + i) * h.gb_stride];
         for (int i = 0; i < L; ++i) {
-            eg[i] = static_cast<float>(std::exp(gam[i]));
-            edl[i] = static_cast<float>(std::exp(gam[L - 1] - gam[i]));
+            eg[i] = static_cast<float>(__builtin_exp(gam[i]));
+            edl[i] = static_cast<float>(__builtin_exp(gam[L - 1] - gam[i]));
         }
         for (int i = 0; i < L; ++i)
             for (int a = 0; a < dk; ++a) kt[a * C + i] = K(i)[a];
@@ -79,8 +80,7 @@ void dn_chunked_head(const DnHead& h, float* scratch) {
         for (int i = 0; i < L; ++i) {
             float* kk = A + i * C;
             float* qk = QK + i * C;
-            std::fill(kk, kk + L, 0.0f);
-            std::fill(qk, qk + L, 0.0f);
+            for (int j = 0; j < L; ++j) kk[j] = qk[j] = 0.0f;
             const float* ki = K(i);
             const float* qi = Q(i);
             for (int a = 0; a < dk; ++a) {
@@ -92,8 +92,8 @@ void dn_chunked_head(const DnHead& h, float* scratch) {
                 }
             }
             const float bi = B(i);
-            for (int j = 0; j < i; ++j) kk[j] *= bi * static_cast<float>(std::exp(gam[i] - gam[j]));
-            for (int j = 0; j <= i; ++j) qk[j] *= static_cast<float>(std::exp(gam[i] - gam[j]));
+            for (int j = 0; j < i; ++j) kk[j] *= bi * static_cast<float>(__builtin_exp(gam[i] - gam[j]));
+            for (int j = 0; j <= i; ++j) qk[j] *= static_cast<float>(__builtin_exp(gam[i] - gam[j]));
         }
         // Forward substitution: (I + A) U = beta v, (I + A) W = beta k exp(gamma).
         for (int i = 0; i < L; ++i) {
@@ -115,8 +115,10 @@ void dn_chunked_head(const DnHead& h, float* scratch) {
         // v' = U - W S; out_i = exp(gamma_i) q_i^T S + sum_{j <= i} QK_ij v'_j (S: the chunk's old state).
         for (int i = 0; i < L; ++i) {
             float* vn = Vn + i * dv;
-            std::copy(U + i * dv, U + (i + 1) * dv, vn);
-            std::fill(row, row + dv, 0.0f);
+            for (int d = 0; d < dv; ++d) {
+                vn[d] = U[i * dv + d];
+                row[d] = 0.0f;
+            }
             const float* Wi = W + i * dk;
             const float* qi = Q(i);
             for (int a = 0; a < dk; ++a) {

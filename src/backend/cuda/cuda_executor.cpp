@@ -353,7 +353,7 @@ Status CudaExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs
     for (int64_t i = 0; fused_head_ && i < n_out; ++i) fused_head_ = b.out_rows[static_cast<size_t>(i)] == i;
     stage(b, mem, table_stride);
     if (graphed)
-        launch_graphed(GraphKey{st->kv(0).k, st->shape().n_blocks, n, n_out, max_kv, bt, fused_head_,
+        launch_graphed(GraphKey{st->id(), st->shape().n_blocks, n, n_out, max_kv, bt, fused_head_,
                                 hybrid_ ? static_cast<int64_t>(runs_.size()) : 0},
                        *st, table_stride);
     else

@@ -74,11 +74,11 @@ struct CudaExecutorOptions {
 class CudaExecutor final : public Executor {
 public:
     static constexpr int kQuantGemvRows = 4;  // quantized models: steps of more rows take qmatmul
-    // A prompt run of at least this many rows takes the chunked DeltaNet form (its state after the
-    // run only); shorter runs the token-by-token kernel with every token's state kept (up to the
-    // memory's checkpoints).
+    // A run of more rows than the memory's checkpoints and at least this many takes the chunked DeltaNet
+    // form (its state after the run only); every other run the token-by-token kernel, keeping each
+    // token's state when the run is within the checkpoints (as the CPU executor), else the last one.
     static constexpr int64_t kDnChunkRows = 32;
-    // Errors: bad sizes, out of GPU memory.
+    // Errors: bad sizes (hybrid models: at most 65535 rows per step), out of GPU memory.
     static Expected<std::unique_ptr<CudaExecutor>> create(std::shared_ptr<const GpuModel> weights,
                                                           const CudaExecutorOptions& opt);
     ~CudaExecutor() override;
@@ -164,9 +164,10 @@ private:
     // Hybrid steps: per run the state entries the chunked form copies from / into (-1: not chunked),
     // and how many states each run commits.
     std::vector<int32_t> chunk_in_, chunk_out_, n_states_;
+    bool any_rec_run_ = false;  // some run of the step takes the token-by-token DeltaNet kernel
     const bool use_graphs_;
     struct GraphKey {
-        const void* kv;  // the memory's KV pages (a graph holds their addresses)
+        uint64_t memory;  // CudaMemoryStorage::id(): a graph holds the memory's page and state addresses
         int32_t n_blocks;
         int64_t n, n_out, max_kv;
         int32_t block_tokens;
@@ -188,7 +189,7 @@ private:
     float* act_ = nullptr;     // [T, ff_]
     float* tmp_ = nullptr;     // [T, widest split part]
     float* logits_ = nullptr;  // [T, n_vocab]
-    // Hybrid scratch (init_hybrid), T = max_batch_tokens, ko = experts per token incl. a stacked shared one.
+    // Hybrid scratch (init), T = max_batch_tokens, ko = experts per token incl. a stacked shared one.
     int64_t w_dn_ = 0, w_at_ = 0;  // in_proj / qkvg output widths (qkv_ is [T, max of them])
     float* conv_ = nullptr;        // [T, conv_dim]
     float* core_ = nullptr;        // [T, value_dim]

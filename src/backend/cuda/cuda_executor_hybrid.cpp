@@ -19,11 +19,16 @@
 
 namespace pelican::cuda {
 
+// Graphed steps (at most the GEMV rows) must never take the chunked form: their launches are replayed.
+static_assert(kMaxGemvTokens < CudaExecutor::kDnChunkRows,
+              "a GEMV step could take the chunked DeltaNet form");
+
 void CudaExecutor::plan_states(const SequenceMemory& mem, int32_t* run_row0, int32_t* run_conv_in,
                                int32_t* run_rec_in, int32_t* row_state_out) {
     chunk_in_.clear();
     chunk_out_.clear();
     n_states_.clear();
+    any_rec_run_ = false;
     const int32_t K = mem.checkpoints();
     int64_t rows = 0;
     for (size_t i = 0; i < runs_.size(); ++i) {
@@ -31,7 +36,8 @@ void CudaExecutor::plan_states(const SequenceMemory& mem, int32_t* run_row0, int
         const int32_t in = mem.state_read_entry(r.seq);
         run_row0[i] = static_cast<int32_t>(r.row0);
         run_conv_in[i] = in;
-        const bool chunked = r.n >= kDnChunkRows;
+        const bool chunked = r.n >= kDnChunkRows && r.n > K;
+        any_rec_run_ = any_rec_run_ || !chunked;
         // States kept: one per token of a run within the checkpoints, else the last one.
         const int64_t ns = !chunked && r.n <= K ? r.n : 1;
         run_rec_in[i] = chunked ? -1 : in;
@@ -181,7 +187,7 @@ void CudaExecutor::deltanet_block(const GpuHybridLayer& L, int r, int64_t n, con
     rec.run_state_in = run_rec_in_;
     rec.row_state_out = row_state_out_;
     rec.n_runs = static_cast<int>(runs_.size());
-    deltanet_step(rec, stream_);
+    if (any_rec_run_) deltanet_step(rec, stream_);  // (a launch whose CTAs all left would skip its PDL wait)
     // Prompt runs: the chunked form on the run's own rows, in place on its output entry.
     const size_t ssm_bytes = static_cast<size_t>(s.state_floats()) * sizeof(float);
     for (size_t i = 0; i < runs_.size(); ++i) {

@@ -1,6 +1,8 @@
 // CudaMemoryStorage (cuda_memory.h).
 #include "backend/cuda/cuda_memory.h"
 
+#include <atomic>
+
 #include "backend/cuda/cuda_check.h"
 
 namespace pelican::cuda {
@@ -10,6 +12,8 @@ Expected<std::unique_ptr<CudaMemoryStorage>> CudaMemoryStorage::create(const Cud
     if (s.kv_type != DType::F16 && s.kv_type != DType::F32)
         return make_error("sequence memory: KV type {} (F16 or F32)", dtype_name(s.kv_type));
     std::unique_ptr<CudaMemoryStorage> m(new CudaMemoryStorage(s, stream));
+    static std::atomic<uint64_t> next_id{1};
+    m->id_ = next_id.fetch_add(1, std::memory_order_relaxed);
     const size_t kv_bytes = 2 * static_cast<size_t>(s.n_attn_layers) * m->pool_bytes();
     const size_t state_bytes = static_cast<size_t>(s.n_rec_layers) * static_cast<size_t>(s.n_entries) *
                                m->entry_floats() * sizeof(float);

@@ -45,6 +45,9 @@ public:
     size_t bytes() const override { return kv_.size() + state_.size(); }
 
     const CudaMemoryShape& shape() const { return s_; }
+    // Unique per storage made in this process (never reused, unlike device addresses): what a captured
+    // graph holding this storage's pointers is keyed on.
+    uint64_t id() const { return id_; }
     // Layer slot l's pools as one cache of n_blocks * block_tokens rows.
     KvView kv(int64_t l) const;
     float* conv(int64_t r, int32_t e) const { return state() + (r * s_.n_entries + e) * entry_floats(); }
@@ -59,6 +62,7 @@ private:
     float* state() const { return state_.as<float>(); }
 
     CudaMemoryShape s_;
+    uint64_t id_ = 0;
     cudaStream_t stream_ = nullptr;
     DeviceBuffer kv_, state_;
 };

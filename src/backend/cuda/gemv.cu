@@ -23,7 +23,7 @@ std::atomic<int> g_grid_ctas_per_sm{0};
 
 // Per-device limits for the occupancy estimate (read once per device).
 struct DeviceLimits {
-    int sms = 0, smem_sm = 0, smem_reserved = 0, regs_sm = 0, threads_sm = 0, blocks_sm = 0, l2 = 0;
+    int sms = 0, smem_sm = 0, smem_reserved = 0, regs_sm = 0, threads_sm = 0, blocks_sm = 0;
 };
 std::atomic<bool> g_limits_ready[64];
 DeviceLimits g_limits[64];
@@ -43,7 +43,6 @@ const DeviceLimits& device_limits() {
         PELICAN_CUDA_CHECK(
             cudaDeviceGetAttribute(&l.threads_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
         PELICAN_CUDA_CHECK(cudaDeviceGetAttribute(&l.blocks_sm, cudaDevAttrMaxBlocksPerMultiprocessor, dev));
-        PELICAN_CUDA_CHECK(cudaDeviceGetAttribute(&l.l2, cudaDevAttrL2CacheSize, dev));
         g_limits[dev] = l;  // identical values if two threads race here
         g_limits_ready[dev].store(true, std::memory_order_release);
     }
@@ -60,8 +59,6 @@ const DeviceLimits& device_limits() {
 int gemv_grid_ctas_per_sm() { return g_grid_ctas_per_sm.load(std::memory_order_relaxed); }
 
 int gemv_sm_count() { return std::max(1, device_limits().sms); }
-
-int64_t gemv_l2_bytes() { return std::max(0, device_limits().l2); }
 
 int gemv_occupancy(int regs, int static_smem, size_t dyn_smem) {
     const DeviceLimits& d = device_limits();
@@ -146,7 +143,6 @@ void gemv_make_params(const GpuMatrix& m, const GemvArgs& a, GemvParams& p) {
     }
     p = GemvParams{};
     p.w = static_cast<const uint8_t*>(m.data);
-    p.w_bytes = m.bytes;
     for (int k = 0; k < 4; ++k) {
         p.off[k] = m.off[k];
         p.stride[k] = m.stride[k];

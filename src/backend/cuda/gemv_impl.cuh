@@ -26,8 +26,6 @@ namespace pelican::cuda::detail {
 int gemv_grid_ctas_per_sm();
 // SMs of the current device (cached per device).
 int gemv_sm_count();
-// L2 bytes of the current device (cached per device).
-int64_t gemv_l2_bytes();
 // CTAs of kGemvThreads threads that fit on one SM of the current device, computed from the
 // device limits (cached; no CUDA call, so it is safe inside a graph capture).
 int gemv_occupancy(int regs_per_thread, int static_smem, size_t dyn_smem);

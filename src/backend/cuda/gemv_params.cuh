@@ -162,7 +162,6 @@ struct GemvParams {
     int tok_bytes = 0;     // shared-memory bytes per token
     int plane_bytes = 0;   // bytes per activation plane
     int meta_off = 0;      // quantized: byte offset of the block meta inside a token area
-    size_t w_bytes = 0;    // bytes of the weight allocation (GpuMatrix::bytes)
     // Expert slots (GemvArgs::n_expert_slots; 0 = off). The CTAs of blockIdx.y = slot compute
     // slot's rows: weight rows from expert_ids[slot] * expert_rows (the ids are read after the
     // PDL wait; ids outside [0, n_experts) read expert 0), activations from
