@@ -14,8 +14,8 @@
 //   Gated DeltaNet: in_proj [Q|K|V | z | b | a] -> conv1d_silu_runs (each sequence's conv state from
 //     its memory entry) -> deltanet_step in runs mode (one launch for every sequence's rows; the state
 //     after each of a short run's tokens into the ring's entries, so truncate within the checkpoints
-//     is exact) or, for a prompt run of kDnChunkRows+ rows, deltanet_chunked on that sequence alone
-//     (its state after the run only) -> out_proj + residual
+//     is exact) or, for a prompt run beyond the checkpoints and of kDnChunkRows+ rows, deltanet_chunked on
+//     that sequence alone (its state after the run only) -> out_proj + residual
 //   gated attention: [q | k | v | gate] -> q/k norms, partial NeoX rope, K/V into pages -> paged
 //     attention -> * sigmoid(gate) -> o_proj + residual
 //   MoE: router -> top-k (renormalised) -> routed experts (+ the shared expert, a stacked slot or its
