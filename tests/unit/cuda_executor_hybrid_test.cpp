@@ -315,6 +315,28 @@ TEST_P(CudaExecutorHybrid, ASecondMemoryWithManyCheckpoints) {
     }
 }
 
+// A memory made for a model of other shapes (fewer DeltaNet value heads) is refused, not read out of bounds.
+TEST_P(CudaExecutorHybrid, RefusesAnotherModelsMemory) {
+    Fixture fx(gpu_spec(GetParam()), std::string("cuexh_other_a_") + variant_name(GetParam()));
+    HybridSpec other = gpu_spec(GetParam());
+    other.nv = 2;
+    Fixture fy(other, std::string("cuexh_other_b_") + variant_name(GetParam()));
+    ASSERT_TRUE(fx.model && fy.model);
+    auto ex = gpu_executor(*fx.model, 16), ey = gpu_executor(*fy.model, 16);
+    ASSERT_TRUE(ex && ey);
+    auto mem = ey->create_memory({.max_seqs = 1, .max_seq_tokens = 32});
+    ASSERT_TRUE(mem.ok());
+    const SeqId s = (*mem)->open().value();
+    std::mt19937 rng(3);
+    Step st;
+    st.add(s, 0, random_tokens(3, fx.V(), rng));
+    std::vector<float> logits;
+    const Status r = st.run(*ex, **mem, logits);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("other shapes"), std::string::npos) << r.error().message;
+    EXPECT_TRUE(st.run(*ey, **mem, logits).ok());  // its own executor still steps it
+}
+
 // Steps beyond the DeltaNet kernels' grid limit are refused at creation, with a message.
 TEST_P(CudaExecutorHybrid, RefusesMoreRowsThanTheKernelsTake) {
     Fixture fx(gpu_spec(GetParam()), std::string("cuexh_big_") + variant_name(GetParam()));

@@ -325,6 +325,17 @@ void CudaExecutor::stage(const Batch& b, const SequenceMemory& mem, int64_t tabl
 Status CudaExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs& out, ThreadPool&) {
     auto* st = dynamic_cast<CudaMemoryStorage*>(&mem.storage());
     if (!st) return make_error("step: this sequence memory was not made by the CUDA executor");
+    {  // a memory of another model's shapes would be read out of bounds
+        const CudaMemoryShape& s = st->shape();
+        const auto n_kv = std::count_if(kv_slot_.begin(), kv_slot_.end(), [](int k) { return k >= 0; });
+        const auto n_rec = std::count_if(rec_slot_.begin(), rec_slot_.end(), [](int r) { return r >= 0; });
+        const bool rec_ok = n_rec == 0 || (s.conv_floats == int64_t{hp_.hybrid->conv_kernel - 1} *
+                                                                hp_.hybrid->linear.conv_dim() &&
+                                           s.ssm_floats == hp_.hybrid->linear.state_floats());
+        if (s.n_attn_layers != n_kv || s.kv_dim != hp_.kv_dim() || s.kv_type != kv_type_ ||
+            s.n_rec_layers != n_rec || !rec_ok)
+            return make_error("step: this sequence memory was made for a model of other shapes");
+    }
     PELICAN_TRY(split_batch(b, mem, hp_.n_vocab, hp_.n_embd, max_tokens_, out, runs_));
     if (static_cast<int64_t>(runs_.size()) > max_seqs_)
         return make_error("step: {} sequences, but this GPU executor takes at most {} per step", runs_.size(),
