@@ -69,6 +69,14 @@ void check(const DeltaNetShape& s, int64_t n, cpu::Isa isa, uint32_t seed) {
         EXPECT_LT(es, kBound) << (chunked ? "chunked" : "recurrent") << " state";
         std::printf("cpu delta rule %s dk %d n %lld %s: outputs %.2e, state %.2e\n", cpu::isa_name(isa),
                     s.d_k, static_cast<long long>(n), chunked ? "chunked" : "recurrent", eo, es);
+        // Out of place (state_in read, state written without being read): the same bits, state_in untouched.
+        std::vector<float> out_state(state0.size(), NAN), o2(v.size());
+        const std::vector<float> in_copy = state0;
+        cpu::gated_delta_rule(q.data(), k.data(), v.data(), g.data(), beta.data(), n, s, out_state.data(),
+                              o2.data(), chunked, pool, in_copy.data());
+        EXPECT_EQ(out_state, st) << (chunked ? "chunked" : "recurrent") << " out-of-place state";
+        EXPECT_EQ(o2, o) << (chunked ? "chunked" : "recurrent") << " out-of-place outputs";
+        EXPECT_EQ(in_copy, state0) << "state_in was written";
     }
     cpu::set_isa(cpu::detected_isa());
 }

@@ -71,6 +71,7 @@ void CpuExecutor::deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemo
     const int r = rec_slot_[static_cast<size_t>(il)];
     const CpuMemoryShape& sh = st.shape();
     const size_t entry_bytes = static_cast<size_t>(sh.conv_floats + sh.ssm_floats) * sizeof(float);
+    const size_t conv_bytes = static_cast<size_t>(sh.conv_floats) * sizeof(float);
     for (size_t i = 0; i < runs_.size(); ++i) {
         const SeqRun& run = runs_[i];
         const int32_t read = mem.state_read_entry(run.seq);
@@ -84,9 +85,11 @@ void CpuExecutor::deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemo
         for (int64_t t = 0; t < run.n; ++t) {  // token by token, a state per token
             const int32_t src = t == 0 ? read : mem.state_write_entry(run.seq, static_cast<int32_t>(t - 1));
             const int32_t dst = mem.state_write_entry(run.seq, static_cast<int32_t>(t));
-            std::memcpy(st.conv(r, dst), st.conv(r, src), entry_bytes);
+            // The conv window is copied and updated in place; the delta rule reads src's state and writes
+            // dst's (no copy of the large state first).
+            std::memcpy(st.conv(r, dst), st.conv(r, src), conv_bytes);
             blocks_->deltanet_core(W, run.row0 + t, 1, st.conv(r, dst), st.ssm(r, dst), /*chunked=*/false,
-                                   pool);
+                                   pool, st.ssm(r, src));
         }
     }
 }

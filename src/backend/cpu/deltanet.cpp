@@ -1,5 +1,6 @@
 // cpu::gated_delta_rule (deltanet_cpu.h): the value heads over the pool, each through the AVX-512 build of
 // deltanet_kernels.h when active, else its portable build.
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -11,7 +12,9 @@ namespace pelican::cpu {
 
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta,
                       int64_t n_tok, const DeltaNetShape& s, float* state, float* out, bool chunked,
-                      ThreadPool& pool) {
+                      ThreadPool& pool, const float* state_in) {
+    if (state_in == state) state_in = nullptr;
+    if (n_tok <= 0 && state_in) std::copy(state_in, state_in + s.state_floats(), state);
     if (n_tok <= 0) return;
     const int nk = s.n_k_heads, nv = s.n_v_heads, dk = s.d_k, dv = s.d_v;
     if (nk <= 0 || nv % nk != 0 || dk <= 0 || dv <= 0 || dv > 512)
@@ -32,6 +35,14 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
         d.out = out + int64_t{h} * dv;
         d.out_stride = int64_t{nv} * dv;
         d.S = state + int64_t{h} * dk * dv;
+        if (state_in) {
+            const float* src = state_in + int64_t{h} * dk * dv;
+            if (chunked) {  // the chunked form updates in place: start from a copy
+                for (int64_t i = 0; i < int64_t{dk} * dv; ++i) d.S[i] = src[i];
+            } else {
+                d.S_in = src;
+            }
+        }
         d.dk = dk;
         d.dv = dv;
         d.n_tok = n_tok;

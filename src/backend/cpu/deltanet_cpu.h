@@ -15,10 +15,11 @@ namespace pelican::cpu {
 
 // q, k [n_tok, n_k_heads, d_k] (L2-normed, q scaled), v [n_tok, n_v_heads, d_v], g, beta [n_tok, n_v_heads],
 // state [n_v_heads, d_k, d_v] (in/out), out [n_tok, n_v_heads, d_v]. chunked: the chunk-of-64 (WY) form
-// for prompts, else token by token.
+// for prompts, else token by token. state_in: the state before the first token when it is not `state`
+// (read only; `state` then receives the result without being read first), nullptr: in place.
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta,
                       int64_t n_tok, const DeltaNetShape& s, float* state, float* out, bool chunked,
-                      ThreadPool& pool);
+                      ThreadPool& pool, const float* state_in = nullptr);
 
 namespace detail {
 

@@ -13,12 +13,13 @@ namespace pelican::cpu::detail {
 namespace {
 
 // Per token: S <- S exp(g);  u = S^T k;  d = beta (v - u);  S <- S + k d^T;  out = S^T q.
-// Two passes over S per token (the decay folded into the first).
+// Two passes over S per token (the decay folded into the first, which reads S_in for the first token).
 void dn_recurrent_head(const DnHead& h) {
     const int dk = h.dk, dv = h.dv;
     float u[512];  // d_v <= 512 (checked by the caller)
     float* S = h.S;
     for (int64_t t = 0; t < h.n_tok; ++t) {
+        const float* S_src = t == 0 && h.S_in ? h.S_in : S;
         const float* q = h.q + t * h.qk_stride;
         const float* k = h.k + t * h.qk_stride;
         const float* v = h.v + t * h.v_stride;
@@ -27,9 +28,10 @@ void dn_recurrent_head(const DnHead& h) {
         for (int d = 0; d < dv; ++d) u[d] = 0.0f;
         for (int a = 0; a < dk; ++a) {
             float* Sa = S + static_cast<int64_t>(a) * dv;
+            const float* Si = S_src + static_cast<int64_t>(a) * dv;
             const float ka = k[a];
             for (int d = 0; d < dv; ++d) {
-                Sa[d] *= decay;
+                Sa[d] = Si[d] * decay;
                 u[d] += ka * Sa[d];
             }
         }

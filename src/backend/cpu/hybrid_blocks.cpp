@@ -37,7 +37,7 @@ void HybridBlocks::deltanet_project(const DeltaNetWeights& W, const float* xn, i
 }
 
 void HybridBlocks::deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t n, float* conv_state,
-                                 float* ssm_state, bool chunked, ThreadPool& pool) {
+                                 float* ssm_state, bool chunked, ThreadPool& pool, const float* ssm_in) {
     const DeltaNetShape& s = hy_.linear;
     const int64_t cd = s.conv_dim(), kd = s.key_dim(), vd = s.value_dim(), nv = s.n_v_heads;
     float* co = conv_out_.data() + row0 * cd;
@@ -59,7 +59,7 @@ void HybridBlocks::deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t
     deltanet_gates(a_.data() + row0 * nv, b_.data() + row0 * nv, W.a_log, W.dt_bias, n, static_cast<int>(nv),
                    g, beta);
     float* out = core_.data() + row0 * vd;
-    gated_delta_rule(q, k, v, g, beta, n, s, ssm_state, out, chunked, pool);
+    gated_delta_rule(q, k, v, g, beta, n, s, ssm_state, out, chunked, pool, ssm_in);
 }
 
 void HybridBlocks::deltanet_finish(const DeltaNetWeights& W, int64_t n, float* out, ThreadPool& pool) {

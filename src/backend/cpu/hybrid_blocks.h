@@ -25,8 +25,9 @@ public:
     // Rows row0 .. row0+n-1 through the causal conv and the delta rule of one sequence, whose state
     // (conv [kernel-1, conv_dim], ssm [n_v_heads, d_k, d_v]) is updated in place. chunked: the
     // 64-token chunked form (prefill), else token by token (equal up to rounding).
+    // ssm_in: the delta-rule state before these rows when it is not ssm_state (read only), else nullptr.
     void deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t n, float* conv_state, float* ssm_state,
-                       bool chunked, ThreadPool& pool);
+                       bool chunked, ThreadPool& pool, const float* ssm_in = nullptr);
     // Gated norm and output projection of rows 0..n-1 -> out [n, n_embd].
     void deltanet_finish(const DeltaNetWeights& W, int64_t n, float* out, ThreadPool& pool);
 
