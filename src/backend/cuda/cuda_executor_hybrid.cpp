@@ -139,7 +139,7 @@ void CudaExecutor::swiglu_block(const std::vector<GpuPart>& gate_up, const GpuMa
 void CudaExecutor::deltanet_block(const GpuHybridLayer& L, int r, int64_t n, const CudaMemoryStorage& st) {
     const HybridHParams& hy = *hp_.hybrid;
     const DeltaNetShape& s = hy.linear;
-    const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.n_v_heads;
+    const int64_t cd = s.conv_dim(), vd = s.value_dim();
     // qkv_ rows [w_dn_]: [Q|K|V (cd) | z (vd) | b (nv) | a (nv)]
     project(L.linear.in_proj, L.attn_norm, n, qkv_, w_dn_);
     ConvRunsArgs c;
@@ -158,27 +158,7 @@ void CudaExecutor::deltanet_block(const GpuHybridLayer& L, int r, int64_t n, con
     c.y = conv_;
     conv1d_silu_runs(c, stream_);
 
-    DeltaNetStepArgs d;
-    d.n_tok = static_cast<int>(n);
-    d.n_k_heads = s.n_k_heads;
-    d.n_v_heads = s.n_v_heads;
-    d.d_k = s.d_k;
-    d.d_v = s.d_v;
-    d.v_tiled = s.v_tiled;
-    d.conv_out = conv_;
-    d.conv_stride = cd;
-    d.z = qkv_ + cd;
-    d.z_stride = w_dn_;
-    d.b = qkv_ + cd + vd;
-    d.b_stride = w_dn_;
-    d.a = qkv_ + cd + vd + nv;
-    d.a_stride = w_dn_;
-    d.a_log = L.linear.a_log;
-    d.dt_bias = L.linear.dt_bias;
-    d.norm_w = L.linear.norm;
-    d.eps = hp_.rms_eps;
-    d.out = core_;
-    d.out_stride = vd;
+    DeltaNetStepArgs d = deltanet_layer_args(hp_, L.linear, qkv_, w_dn_, conv_, core_, static_cast<int>(n));
     // Token by token: every run whose run_rec_in entry is set, in one launch.
     DeltaNetStepArgs rec = d;
     rec.state = st.ssm(r, 0);
@@ -278,38 +258,10 @@ void CudaExecutor::moe_block(const GpuHybridLayer& L, int64_t n) {
         moe_group_slots(ga, stream_);
         const int64_t rows = int64_t{groups} * kMoeGroupRows;
         moe_gather_rows(xn_, E, ko, row_slot_, group_expert_, rows, xg_, stream_);
-        const auto stack = [&](const GpuMatrix& w, bool glu, int64_t expert_rows, int64_t n_in, int64_t n_out,
-                               const float* x, float* y) {
-            if (moe_mma_supported(w, glu, expert_rows)) {
-                MoeMmaArgs m;
-                m.w = w;
-                m.expert_rows = expert_rows;
-                m.glu = glu;
-                m.n_out = n_out;
-                m.group_expert = group_expert_;
-                m.n_groups = groups;
-                m.x = x;
-                m.x_stride = n_in;
-                m.y = y;
-                m.y_stride = n_out;
-                moe_group_mma(m, stream_);
-                return;
-            }
-            GemvArgs g;
-            g.x = x;
-            g.n_tok = kMoeGroupRows;
-            g.glu = glu;
-            g.expert_ids = group_expert_;
-            g.n_expert_slots = groups;
-            g.expert_rows = expert_rows;
-            g.x_slot_stride = kMoeGroupRows * n_in;
-            g.y = y;
-            g.y_slot_stride = kMoeGroupRows * n_out;
-            g.skip_negative_ids = true;
-            gemv(w, g, stream_);
-        };
-        stack(L.moe.experts_gate_up, true, 2 * ffe, E, ffe, xg_, eactg_);
-        stack(L.moe.experts_down, false, E, ffe, E, eactg_, eoutg_);
+        grouped_expert_stack(L.moe.experts_gate_up, true, 2 * ffe, E, ffe, group_expert_, groups, xg_, eactg_,
+                             stream_);
+        grouped_expert_stack(L.moe.experts_down, false, E, ffe, E, group_expert_, groups, eactg_, eoutg_,
+                             stream_);
         c.expert_out = eoutg_;
         c.slot_row = slot_row_;
     }

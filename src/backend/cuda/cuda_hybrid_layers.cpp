@@ -39,31 +39,8 @@ void CudaHybridForward::gemv_parts(const std::vector<GpuPart>& parts, const floa
 // The DeltaNet step over n tokens of proj_ (z, b, a columns) and conv_ (Q|K|V after the conv) into
 // core_, for the state of recurrent slot `slot`.
 DeltaNetStepArgs CudaHybridForward::deltanet_args(const GpuHybridLayer& L, int slot, int n) const {
-    const HybridHParams& hy = *hp_.hybrid;
-    const DeltaNetShape& s = hy.linear;
-    const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.n_v_heads;
-    DeltaNetStepArgs d;
-    d.n_tok = n;
-    d.n_k_heads = s.n_k_heads;
-    d.n_v_heads = s.n_v_heads;
-    d.d_k = s.d_k;
-    d.d_v = s.d_v;
-    d.v_tiled = s.v_tiled;
-    d.conv_out = conv_;
-    d.conv_stride = cd;
-    d.z = proj_ + cd;
-    d.z_stride = w_dn_;
-    d.b = proj_ + cd + vd;
-    d.b_stride = w_dn_;
-    d.a = proj_ + cd + vd + nv;
-    d.a_stride = w_dn_;
-    d.a_log = L.linear.a_log;
-    d.dt_bias = L.linear.dt_bias;
-    d.norm_w = L.linear.norm;
-    d.eps = hp_.rms_eps;
+    DeltaNetStepArgs d = deltanet_layer_args(hp_, L.linear, proj_, w_dn_, conv_, core_, n);
     d.state = ssm_state(slot);
-    d.out = core_;
-    d.out_stride = vd;
     return d;
 }
 
@@ -347,38 +324,10 @@ void CudaHybridForward::moe_grouped_experts(const GpuHybridLayer& L, int n, int 
     // through the grouped GEMVs; both write rows g * 8 + i of y, n_out floats apart (so a Q4_K_M model's
     // Q6_K down stack can take the GEMVs while its gate/up stack takes the tensor cores).
     const bool mma = moe_mma_enabled();
-    const auto stack = [&](const GpuMatrix& w, bool glu, int64_t expert_rows, int64_t n_in, int64_t n_out,
-                           const float* x, float* y) {
-        if (mma && moe_mma_supported(w, glu, expert_rows)) {
-            MoeMmaArgs m;
-            m.w = w;
-            m.expert_rows = expert_rows;
-            m.glu = glu;
-            m.n_out = n_out;
-            m.group_expert = group_expert_;
-            m.n_groups = groups;
-            m.x = x;
-            m.x_stride = n_in;
-            m.y = y;
-            m.y_stride = n_out;
-            moe_group_mma(m, stream_);
-            return;
-        }
-        GemvArgs g;
-        g.x = x;
-        g.n_tok = kMoeGroupRows;
-        g.glu = glu;
-        g.expert_ids = group_expert_;
-        g.n_expert_slots = groups;
-        g.expert_rows = expert_rows;
-        g.x_slot_stride = kMoeGroupRows * n_in;
-        g.y = y;
-        g.y_slot_stride = kMoeGroupRows * n_out;
-        g.skip_negative_ids = true;
-        gemv(w, g, stream_);
-    };
-    stack(L.moe.experts_gate_up, true, 2 * ff_e, E, ff_e, xg_, eactg_);
-    stack(L.moe.experts_down, false, E, ff_e, E, eactg_, eoutg_);
+    grouped_expert_stack(L.moe.experts_gate_up, true, 2 * ff_e, E, ff_e, group_expert_, groups, xg_, eactg_,
+                         stream_, mma);
+    grouped_expert_stack(L.moe.experts_down, false, E, ff_e, E, group_expert_, groups, eactg_, eoutg_,
+                         stream_, mma);
 }
 
 // MTP rows (cuda_hybrid_forward.h mtp_eval): x = fc([norm_embd(embd[ids]) | norm_hidden(mtp_hidden_)]),

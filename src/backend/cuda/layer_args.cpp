@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/moe.h"
+#include "model/hybrid_hparams.h"
 
 namespace pelican::cuda {
 
@@ -41,6 +44,66 @@ AttnArgs decode_attn_args(const ModelHParams& hp, const float* q, int64_t q_stri
     at.kv = kv;
     at.out = out;
     return at;
+}
+
+DeltaNetStepArgs deltanet_layer_args(const ModelHParams& hp, const GpuDeltaNet& L, const float* proj,
+                                     int64_t proj_stride, const float* conv_out, float* out, int n_tok) {
+    const DeltaNetShape& s = hp.hybrid->linear;
+    const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.n_v_heads;
+    DeltaNetStepArgs d;
+    d.n_tok = n_tok;
+    d.n_k_heads = s.n_k_heads;
+    d.n_v_heads = s.n_v_heads;
+    d.d_k = s.d_k;
+    d.d_v = s.d_v;
+    d.v_tiled = s.v_tiled;
+    d.conv_out = conv_out;
+    d.conv_stride = cd;
+    d.z = proj + cd;
+    d.z_stride = proj_stride;
+    d.b = proj + cd + vd;
+    d.b_stride = proj_stride;
+    d.a = proj + cd + vd + nv;
+    d.a_stride = proj_stride;
+    d.a_log = L.a_log;
+    d.dt_bias = L.dt_bias;
+    d.norm_w = L.norm;
+    d.eps = hp.rms_eps;
+    d.out = out;
+    d.out_stride = vd;
+    return d;
+}
+
+void grouped_expert_stack(const GpuMatrix& w, bool glu, int64_t expert_rows, int64_t n_in, int64_t n_out,
+                          const int32_t* group_expert, int n_groups, const float* x, float* y,
+                          cudaStream_t stream, bool allow_mma) {
+    if (allow_mma && moe_mma_supported(w, glu, expert_rows)) {
+        MoeMmaArgs m;
+        m.w = w;
+        m.expert_rows = expert_rows;
+        m.glu = glu;
+        m.n_out = n_out;
+        m.group_expert = group_expert;
+        m.n_groups = n_groups;
+        m.x = x;
+        m.x_stride = n_in;
+        m.y = y;
+        m.y_stride = n_out;
+        moe_group_mma(m, stream);
+        return;
+    }
+    GemvArgs g;
+    g.x = x;
+    g.n_tok = kMoeGroupRows;
+    g.glu = glu;
+    g.expert_ids = group_expert;
+    g.n_expert_slots = n_groups;
+    g.expert_rows = expert_rows;
+    g.x_slot_stride = kMoeGroupRows * n_in;
+    g.y = y;
+    g.y_slot_stride = kMoeGroupRows * n_out;
+    g.skip_negative_ids = true;
+    gemv(w, g, stream);
 }
 
 GpuSampleParams gpu_sample_params(const StepSampling& p) {

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/deltanet.h"
 #include "backend/cuda/gpu_model.h"
 #include "backend/cuda/prefill_matmul.h"
 #include "backend/cuda/sampling.h"
@@ -24,6 +25,21 @@ RopeStoreArgs rope_store_args(const ModelHParams& hp, const GpuModel& gm, const 
 // q rows [n_tok] q_stride floats apart, attention over kv rows 0 .. *pos + n_tok - 1, out [n_tok, q_dim].
 AttnArgs decode_attn_args(const ModelHParams& hp, const float* q, int64_t q_stride, int n_tok,
                           const int32_t* pos, const KvView& kv, float* out);
+
+// The DeltaNet step of hybrid layer L over n_tok rows of proj ([Q|K|V (conv_dim) | z | b | a], rows
+// proj_stride floats apart) after the conv (conv_out [n_tok, conv_dim]) into out [n_tok, value_dim];
+// the caller sets the state (and the runs fields).
+DeltaNetStepArgs deltanet_layer_args(const ModelHParams& hp, const GpuDeltaNet& L, const float* proj,
+                                     int64_t proj_stride, const float* conv_out, float* out, int n_tok);
+
+// One grouped expert stack (MoE prompt chunks and the executors' larger steps): for the groups of
+// moe_group_slots (group_expert [n_groups], 8 rows each of x [n_groups * 8, n_in]) y rows of
+// [n_groups * 8, n_out] = the group's expert of w (glu: silu(gate) * up, expert_rows = 2 n_out) on tensor
+// cores where moe_mma_supported (and allow_mma), else through the grouped expert GEMVs; both write rows
+// g * 8 + i of y, so the two stacks of one layer may take different paths (e.g. Q4_K gate/up, Q6_K down).
+void grouped_expert_stack(const GpuMatrix& w, bool glu, int64_t expert_rows, int64_t n_in, int64_t n_out,
+                          const int32_t* group_expert, int n_groups, const float* x, float* y,
+                          cudaStream_t stream, bool allow_mma = true);
 
 // The GPU sampler's parameters for a pass's StepSampling (the same fields).
 GpuSampleParams gpu_sample_params(const StepSampling& p);
