@@ -13,25 +13,13 @@
 #include "backend/cpu/deltanet_cpu.h"
 #include "ops/ops.h"
 #include "ops/ops_qwen35.h"
+#include "ops_test_util.h"
 
 namespace pelican {
 namespace {
 
-std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.0f) {
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = scale * nd(rng);
-    return v;
-}
-
-double max_rel(const std::vector<float>& got, const std::vector<float>& want) {
-    double scale = 0, d = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        scale = std::max(scale, std::abs(static_cast<double>(want[i])));
-        d = std::max(d, std::abs(static_cast<double>(got[i]) - want[i]));
-    }
-    return d / std::max(scale, 1e-30);
-}
+using test::max_rel_to_largest;
+using test::randn;
 
 // fp32 sums of d_k (<= 128) products per output and per state update against double sums, relative to
 // the largest magnitude: measured worst 5.6e-7 on the dev VM (the chunked form, 128-wide heads, AVX-512);
@@ -64,7 +52,7 @@ void check(const DeltaNetShape& s, int64_t n, cpu::Isa isa, uint32_t seed) {
         std::vector<float> st = state0, o(v.size());
         cpu::gated_delta_rule(q.data(), k.data(), v.data(), g.data(), beta.data(), n, s, st.data(), o.data(),
                               chunked, pool);
-        const double eo = max_rel(o, o_ref), es = max_rel(st, s_ref);
+        const double eo = max_rel_to_largest(o, o_ref), es = max_rel_to_largest(st, s_ref);
         EXPECT_LT(eo, kBound) << (chunked ? "chunked" : "recurrent") << " outputs";
         EXPECT_LT(es, kBound) << (chunked ? "chunked" : "recurrent") << " state";
         std::printf("cpu delta rule %s dk %d n %lld %s: outputs %.2e, state %.2e\n", cpu::isa_name(isa),

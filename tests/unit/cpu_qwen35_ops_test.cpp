@@ -12,26 +12,13 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/qwen35_ops.h"
 #include "ops/ops_qwen35.h"
+#include "ops_test_util.h"
 
 namespace pelican {
 namespace {
 
-std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.0f) {
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = scale * nd(rng);
-    return v;
-}
-
-// Largest |got - want| relative to max |want|.
-double max_rel(const std::vector<float>& got, const std::vector<float>& want) {
-    double scale = 0, d = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        scale = std::max(scale, std::abs(static_cast<double>(want[i])));
-        d = std::max(d, std::abs(static_cast<double>(got[i]) - want[i]));
-    }
-    return d / std::max(scale, 1e-30);
-}
+using test::max_rel_to_largest;
+using test::randn;
 
 // fp32 sums of at most a few hundred terms and an exp of <= 3 ulps: 16 ulps of the largest value.
 constexpr double kBound = 16.0 / (1 << 24);
@@ -59,7 +46,7 @@ TEST_P(CpuQwen35Ops, ConvOutputsAndRollingState) {
             std::vector<float> y_ref(x.size()), y(x.size());
             ref::causal_conv1d_silu(x.data(), n_tok, n_ch, kernel, w.data(), st_ref.data(), y_ref.data());
             cpu::causal_conv1d_silu(x.data(), n_tok, n_ch, kernel, w.data(), st.data(), y.data());
-            EXPECT_LT(max_rel(y, y_ref), kBound);
+            EXPECT_LT(max_rel_to_largest(y, y_ref), kBound);
             EXPECT_EQ(st, st_ref);  // the state is a copy of inputs: exact
         }
 }
@@ -71,7 +58,7 @@ TEST_P(CpuQwen35Ops, NormsGatesAndSigmoid) {
     auto x_ref = x;
     ref::l2norm(x_ref.data(), rows, n);
     cpu::l2norm(x.data(), rows, n);
-    EXPECT_LT(max_rel(x, x_ref), kBound) << "l2norm";
+    EXPECT_LT(max_rel_to_largest(x, x_ref), kBound) << "l2norm";
 
     const int heads = 32, n_tok = 9;
     const auto a = randn(static_cast<size_t>(n_tok * heads), rng, 4.0f), b = randn(a.size(), rng, 4.0f);
@@ -80,15 +67,15 @@ TEST_P(CpuQwen35Ops, NormsGatesAndSigmoid) {
     ref::deltanet_gates(a.data(), b.data(), a_log.data(), dt.data(), n_tok, heads, g_ref.data(),
                         beta_ref.data());
     cpu::deltanet_gates(a.data(), b.data(), a_log.data(), dt.data(), n_tok, heads, g.data(), beta.data());
-    EXPECT_LT(max_rel(g, g_ref), kBound) << "g";
-    EXPECT_LT(max_rel(beta, beta_ref), kBound) << "beta";
+    EXPECT_LT(max_rel_to_largest(g, g_ref), kBound) << "g";
+    EXPECT_LT(max_rel_to_largest(beta, beta_ref), kBound) << "beta";
 
     const auto z = randn(static_cast<size_t>(rows * n), rng, 2.0f), wn = randn(n, rng);
     const auto v = randn(static_cast<size_t>(rows * n), rng);
     std::vector<float> y(v.size()), y_ref(v.size());
     ref::rms_norm_gated(v.data(), z.data(), wn.data(), y_ref.data(), rows, n, 1e-6f);
     cpu::rms_norm_gated(v.data(), z.data(), wn.data(), y.data(), rows, n, 1e-6f);
-    EXPECT_LT(max_rel(y, y_ref), kBound) << "rms_norm_gated";
+    EXPECT_LT(max_rel_to_largest(y, y_ref), kBound) << "rms_norm_gated";
     std::vector<float> yy = v;  // in place (y == x), as the hybrid block calls it
     cpu::rms_norm_gated(yy.data(), z.data(), wn.data(), yy.data(), rows, n, 1e-6f);
     EXPECT_EQ(yy, y) << "rms_norm_gated in place";
@@ -96,7 +83,7 @@ TEST_P(CpuQwen35Ops, NormsGatesAndSigmoid) {
     auto s = v, s_ref = v;
     ref::sigmoid_gate_mul(s_ref.data(), z.data(), static_cast<int64_t>(s.size()) - 3);  // a tail too
     cpu::sigmoid_mul(s.data(), z.data(), static_cast<int64_t>(s.size()) - 3);
-    EXPECT_LT(max_rel(s, s_ref), kBound) << "sigmoid_mul";
+    EXPECT_LT(max_rel_to_largest(s, s_ref), kBound) << "sigmoid_mul";
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, CpuQwen35Ops, ::testing::Values(cpu::Isa::kScalar, cpu::Isa::kAvx512),

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -37,6 +38,24 @@ struct Rng {
     int64_t index(int64_t n) { return std::uniform_int_distribution<int64_t>(0, n - 1)(gen); }
     uint8_t byte() { return static_cast<uint8_t>(gen()); }
 };
+
+// n values ~ scale * N(0, 1) from a fixed-seed generator (tests whose inputs are part of the case).
+inline std::vector<float> randn(size_t n, std::mt19937& gen, float scale = 1.0f) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = scale * nd(gen);
+    return v;
+}
+
+// Largest |got - want| relative to max |want| (no floor at 1: small outputs are not forgiven).
+inline double max_rel_to_largest(const std::vector<float>& got, const std::vector<float>& want) {
+    double scale = 0, d = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+        d = std::max(d, std::abs(static_cast<double>(got[i]) - want[i]));
+    }
+    return d / std::max(scale, 1e-30);
+}
 
 // n values ~ N(0, 1), with about 1 in 50 scaled by 8 (activation outliers).
 inline std::vector<float> random_vec(Rng& rng, int64_t n, float scale = 1.0f) {

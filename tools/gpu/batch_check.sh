@@ -20,13 +20,10 @@ cd "$(dirname "$0")/../.." || exit 2
 ROOT=$(pwd)
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-if [ -n "${HYBRID:-}" ]; then
-  export SYNTH_ARCH=qwen3_5_moe MODEL_TAG=q35b CONFIG=${CONFIG:-$ROOT/tools/configs/qwen3.5-35b-a3b.json}
-  export VOCAB=${VOCAB:-third_party/vocab/qwen3-tokenizer.json.xz}
-  TYPES=${TYPES:-q4_0}
-fi
+# shellcheck source=tools/gpu/batch_env.sh
+. tools/gpu/batch_env.sh
+[ -n "${HYBRID:-}" ] && TYPES=${TYPES:-q4_0}
 TYPES=${TYPES:-q4_0 bf16}
-MODEL_TAG=${MODEL_TAG:-llama8b}
 BATCHES=${BATCHES:-1,8,32,128}
 NPP=${NPP:-128}
 NTG=${NTG:-128}
@@ -75,7 +72,7 @@ for t in $TYPES; do
   say "pelican bench --batch $BATCHES on $t (nvidia-smi: $(nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null))"
   timeout -k 10 240 "$PELICAN" bench --device cuda -m "$f" --batch "$BATCHES" -p "$NPP" -n "$NTG" \
     >"$OUT/batch-pelican-$t.log" 2>&1
-  cat "$OUT/batch-pelican-$t.log" | tail -8
+  tail -8 "$OUT/batch-pelican-$t.log"
   if [ "$t" = q4_0 ]; then
     say "pelican bench -p 512 -n 128 (B = 1, the single-sequence pass)"
     timeout -k 10 120 "$PELICAN" bench --device cuda -m "$f" -p 512 -n 128 -r 3 2>&1 | tail -4

@@ -15,12 +15,9 @@ cd "$(dirname "$0")/../.." || exit 2
 ROOT=$(pwd)
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-if [ -n "${HYBRID:-}" ]; then
-  export SYNTH_ARCH=qwen3_5_moe MODEL_TAG=q35b CONFIG=${CONFIG:-$ROOT/tools/configs/qwen3.5-35b-a3b.json}
-  export VOCAB=${VOCAB:-third_party/vocab/qwen3-tokenizer.json.xz}
-fi
+# shellcheck source=tools/gpu/batch_env.sh
+. tools/gpu/batch_env.sh
 TYPES=${TYPES:-q4_0}
-MODEL_TAG=${MODEL_TAG:-llama8b}
 BATCHES=${BATCHES:-8 32}
 NPP=${NPP:-8}
 NTG=${NTG:-64}

@@ -138,6 +138,18 @@ Status CudaExecutor::init() {
     }
     fit(gm_->output());
     gemv_rows_ = std::max(gemv_rows_, 1);
+    // The per-layer part of every memory's shape (create_memory adds the pool and the entries).
+    layer_shape_.n_attn_layers =
+        std::count_if(kv_slot_.begin(), kv_slot_.end(), [](int k) { return k >= 0; });
+    layer_shape_.kv_dim = KV;
+    layer_shape_.kv_type = kv_type_;
+    layer_shape_.n_rec_layers =
+        std::count_if(rec_slot_.begin(), rec_slot_.end(), [](int r) { return r >= 0; });
+    if (layer_shape_.n_rec_layers > 0) {
+        const DeltaNetShape& ls = hp_.hybrid->linear;
+        layer_shape_.conv_floats = int64_t{hp_.hybrid->conv_kernel - 1} * ls.conv_dim();
+        layer_shape_.ssm_floats = ls.state_floats();
+    }
     // Quantized layers: the GEMV's time grows with its rows (8B Q4_0 decode steps on the H200: 2.2, 3.0,
     // 4.3, 8.0 ms at 1, 2, 4, 8 rows) while qmatmul's stays ~5.1 ms from 1 to 16 rows: above 4 rows the
     // tensor-core kernel wins (docs/performance.md, issue 17).
@@ -260,19 +272,12 @@ Expected<std::unique_ptr<SequenceMemory>> CudaExecutor::create_memory(const Memo
     if (n_blocks * opt.block_tokens > INT32_MAX)
         return make_error("sequence memory: {} KV positions is too many for one pool",
                           n_blocks * opt.block_tokens);
-    CudaMemoryShape s;
-    s.n_attn_layers = std::count_if(kv_slot_.begin(), kv_slot_.end(), [](int k) { return k >= 0; });
-    s.kv_dim = hp_.kv_dim();
-    s.kv_type = kv_type_;
+    CudaMemoryShape s = layer_shape_;
     s.n_blocks = static_cast<int32_t>(n_blocks);
     s.block_tokens = opt.block_tokens;
-    s.n_rec_layers = std::count_if(rec_slot_.begin(), rec_slot_.end(), [](int r) { return r >= 0; });
     if (s.n_rec_layers > 0) {
         if (opt.checkpoints < 1 || opt.checkpoints > 64)
             return make_error("sequence memory: {} recurrent checkpoints (1 to 64)", opt.checkpoints);
-        const DeltaNetShape& ls = hp_.hybrid->linear;
-        s.conv_floats = int64_t{hp_.hybrid->conv_kernel - 1} * ls.conv_dim();
-        s.ssm_floats = ls.state_floats();
         s.n_entries = opt.max_seqs * (opt.checkpoints + 1);
     }
     PELICAN_ASSIGN(std::unique_ptr<CudaMemoryStorage> st, CudaMemoryStorage::create(s, stream_));
@@ -327,13 +332,10 @@ Status CudaExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs
     if (!st) return make_error("step: this sequence memory was not made by the CUDA executor");
     {  // a memory of another model's shapes would be read out of bounds
         const CudaMemoryShape& s = st->shape();
-        const auto n_kv = std::count_if(kv_slot_.begin(), kv_slot_.end(), [](int k) { return k >= 0; });
-        const auto n_rec = std::count_if(rec_slot_.begin(), rec_slot_.end(), [](int r) { return r >= 0; });
-        const bool rec_ok = n_rec == 0 || (s.conv_floats == int64_t{hp_.hybrid->conv_kernel - 1} *
-                                                                hp_.hybrid->linear.conv_dim() &&
-                                           s.ssm_floats == hp_.hybrid->linear.state_floats());
-        if (s.n_attn_layers != n_kv || s.kv_dim != hp_.kv_dim() || s.kv_type != kv_type_ ||
-            s.n_rec_layers != n_rec || !rec_ok)
+        const CudaMemoryShape& w = layer_shape_;
+        if (s.n_attn_layers != w.n_attn_layers || s.kv_dim != w.kv_dim || s.kv_type != w.kv_type ||
+            s.n_rec_layers != w.n_rec_layers || s.conv_floats != w.conv_floats ||
+            s.ssm_floats != w.ssm_floats)
             return make_error("step: this sequence memory was made for a model of other shapes");
     }
     PELICAN_TRY(split_batch(b, mem, hp_.n_vocab, hp_.n_embd, max_tokens_, out, runs_));
@@ -364,7 +366,7 @@ Status CudaExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs
     for (int64_t i = 0; fused_head_ && i < n_out; ++i) fused_head_ = b.out_rows[static_cast<size_t>(i)] == i;
     stage(b, mem, table_stride);
     if (graphed)
-        launch_graphed(GraphKey{st->id(), st->shape().n_blocks, n, n_out, max_kv, bt, fused_head_,
+        launch_graphed(GraphKey{st->id(), n, n_out, max_kv, fused_head_,
                                 hybrid_ ? static_cast<int64_t>(runs_.size()) : 0},
                        *st, table_stride);
     else

@@ -161,16 +161,17 @@ private:
     // Per layer: its KV slot (attention layers) and recurrent slot (DeltaNet layers), -1 for neither.
     std::vector<int> kv_slot_, rec_slot_;
     bool hybrid_ = false;
+    // The per-layer part of the shape of every memory this executor makes (create_memory adds the pool
+    // size and the state entries); step() refuses a memory whose shape differs.
+    CudaMemoryShape layer_shape_;
     // Hybrid steps: per run the state entries the chunked form copies from / into (-1: not chunked),
     // and how many states each run commits.
     std::vector<int32_t> chunk_in_, chunk_out_, n_states_;
     bool any_rec_run_ = false;  // some run of the step takes the token-by-token DeltaNet kernel
     const bool use_graphs_;
     struct GraphKey {
-        uint64_t memory;  // CudaMemoryStorage::id(): a graph holds the memory's page and state addresses
-        int32_t n_blocks;
+        uint64_t memory;  // CudaMemoryStorage::id() (fixes its pages, block size and state entries)
         int64_t n, n_out, max_kv;
-        int32_t block_tokens;
         bool fused_head;
         int64_t n_runs;  // hybrid: the runs-mode DeltaNet grid (0 for dense models)
         bool operator==(const GraphKey&) const = default;

@@ -220,29 +220,8 @@ void CudaExecutor::moe_block(const GpuHybridLayer& L, int64_t n) {
               shared_slot);
     MoeCombineArgs c;
     if (n <= gemv_rows_) {  // slot t * ko + j: token t's j-th expert, one GEMV pair over all slots
-        GemvArgs g;
-        g.x = x_;
-        g.norm_w = L.ffn_norm;
-        g.norm_eps = hp_.rms_eps;
-        g.norm_one_plus = true;
-        g.glu = true;
-        g.expert_ids = eids_;
-        g.n_expert_slots = slots;
-        g.expert_rows = 2 * ffe;
-        g.x_slot_stride = E;
-        g.x_slot_div = ko;
-        g.y = eact_;
-        g.y_slot_stride = ffe;
-        gemv(L.moe.experts_gate_up, g, stream_);
-        GemvArgs d;
-        d.x = eact_;
-        d.expert_ids = eids_;
-        d.n_expert_slots = slots;
-        d.expert_rows = E;
-        d.x_slot_stride = ffe;
-        d.y = eout_;
-        d.y_slot_stride = E;
-        gemv(L.moe.experts_down, d, stream_);
+        expert_slot_gemvs(L.moe, x_, L.ffn_norm, hp_.rms_eps, eids_, slots, ko, E, ffe, eact_, eout_,
+                          stream_);
         c.expert_out = eout_;
     } else {  // the step's slots grouped by expert: each chosen expert read once per 8 rows
         const int n_ids = n_exp + (shared_slot ? 1 : 0);

@@ -259,40 +259,11 @@ void CudaHybridForward::moe_slot_experts(const GpuHybridLayer& L, int n, int ko,
                                          bool fused_combine) {
     const HybridHParams& hy = *hp_.hybrid;
     const int64_t E = hp_.n_embd, ff_e = hy.n_ff_expert;
-    const int slots = n * ko;
-    GemvArgs g;
-    if (chunk) {  // xn_ holds rms_norm_zc(x) already
-        g.x = xn_;
-    } else {
-        g.x = x_;
-        g.norm_w = L.ffn_norm;
-        g.norm_eps = hp_.rms_eps;
-        g.norm_one_plus = true;
-    }
-    g.glu = true;
-    g.expert_ids = ids_;
-    g.n_expert_slots = slots;
-    g.expert_rows = 2 * ff_e;
-    g.x_slot_stride = E;
-    g.x_slot_div = ko;
-    g.y = eact_;
-    g.y_slot_stride = ff_e;
-    gemv(L.moe.experts_gate_up, g, stream_);
-    GemvArgs d;
-    d.x = eact_;
-    d.expert_ids = ids_;
-    d.n_expert_slots = slots;
-    d.expert_rows = E;
-    d.x_slot_stride = ff_e;
-    d.y = eout_;
-    d.y_slot_stride = E;
-    if (fused_combine) {  // one token: x += sum_j w_j y_j in the GEMV's tail
-        d.comb_ctr = comb_ctr_;
-        d.comb_w = wts_;
-        d.comb_res = x_;
-        d.comb_y = x_;
-    }
-    gemv(L.moe.experts_down, d, stream_);
+    ExpertSlotCombine comb;
+    if (fused_combine) comb = {comb_ctr_, wts_, x_, x_};  // one token: x += sum_j w_j y_j in the GEMV's tail
+    // Prompt chunks: xn_ holds rms_norm_zc(x) already; else the norm is the GEMV's prologue.
+    expert_slot_gemvs(L.moe, chunk ? xn_ : x_, chunk ? nullptr : L.ffn_norm, hp_.rms_eps, ids_, n * ko, ko, E,
+                      ff_e, eact_, eout_, stream_, comb);
 }
 
 // PELICAN_MOE_MMA=0: grouped experts of prompt chunks through the GEMVs, not the tensor-core kernel.

@@ -106,6 +106,38 @@ void grouped_expert_stack(const GpuMatrix& w, bool glu, int64_t expert_rows, int
     gemv(w, g, stream);
 }
 
+void expert_slot_gemvs(const GpuMoe& moe, const float* x, const float* norm_w, float eps, const int32_t* ids,
+                       int slots, int ko, int64_t n_embd, int64_t ff_e, float* act, float* out,
+                       cudaStream_t stream, const ExpertSlotCombine& comb) {
+    GemvArgs g;
+    g.x = x;
+    g.norm_w = norm_w;
+    g.norm_eps = eps;
+    g.norm_one_plus = true;
+    g.glu = true;
+    g.expert_ids = ids;
+    g.n_expert_slots = slots;
+    g.expert_rows = 2 * ff_e;
+    g.x_slot_stride = n_embd;
+    g.x_slot_div = ko;
+    g.y = act;
+    g.y_slot_stride = ff_e;
+    gemv(moe.experts_gate_up, g, stream);
+    GemvArgs d;
+    d.x = act;
+    d.expert_ids = ids;
+    d.n_expert_slots = slots;
+    d.expert_rows = n_embd;
+    d.x_slot_stride = ff_e;
+    d.y = out;
+    d.y_slot_stride = n_embd;
+    d.comb_ctr = comb.ctr;
+    d.comb_w = comb.w;
+    d.comb_res = comb.res;
+    d.comb_y = comb.y;
+    gemv(moe.experts_down, d, stream);
+}
+
 GpuSampleParams gpu_sample_params(const StepSampling& p) {
     GpuSampleParams g;
     g.temperature = p.temperature;

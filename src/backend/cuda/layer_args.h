@@ -41,6 +41,20 @@ void grouped_expert_stack(const GpuMatrix& w, bool glu, int64_t expert_rows, int
                           const int32_t* group_expert, int n_groups, const float* x, float* y,
                           cudaStream_t stream, bool allow_mma = true);
 
+// The routed experts of `slots` expert slots (slot s = token s / ko's (s % ko)-th choice, ids [slots]) as the
+// two expert-slot GEMVs: act [slots, ff_e] = silu(gate) * up of x (token rows n_embd floats apart; the RMS
+// norm (1 + norm_w) as the prologue when norm_w is set), out [slots, n_embd] = down(act). With comb_ctr set
+// (one token), the down GEMV's tail also does comb_y = comb_res + sum_s comb_w[s] out_s (gemv.h).
+struct ExpertSlotCombine {
+    unsigned* ctr = nullptr;
+    const float* w = nullptr;
+    const float* res = nullptr;
+    float* y = nullptr;
+};
+void expert_slot_gemvs(const GpuMoe& moe, const float* x, const float* norm_w, float eps, const int32_t* ids,
+                       int slots, int ko, int64_t n_embd, int64_t ff_e, float* act, float* out,
+                       cudaStream_t stream, const ExpertSlotCombine& comb = {});
+
 // The GPU sampler's parameters for a pass's StepSampling (the same fields).
 GpuSampleParams gpu_sample_params(const StepSampling& p);
 
