@@ -10,32 +10,65 @@
 
 namespace pelican::cpu {
 
+namespace {
+
+// y rows of the conv before the SiLU: acc[c] = sum_j w[c, j] * xx(t + j, c), j ascending. K a constant, so
+// the channel loop vectorises over w's interleaved rows without a transposed copy.
+template <int K>
+void conv_rows(const float* x, int64_t n_tok, int64_t n_ch, const float* w, const float* state, float* y) {
+    constexpr int64_t H = K - 1;
+    const auto xx = [&](int64_t r) { return r < H ? state + r * n_ch : x + (r - H) * n_ch; };
+    for (int64_t t = 0; t < n_tok; ++t) {
+        const float* src[K];
+        for (int j = 0; j < K; ++j) src[j] = xx(t + j);
+        float* yt = y + t * n_ch;
+        for (int64_t c = 0; c < n_ch; ++c) {
+            float a = 0.0f;
+            for (int j = 0; j < K; ++j) a += w[c * K + j] * src[j][c];
+            yt[c] = a;
+        }
+    }
+}
+
+}  // namespace
+
 void causal_conv1d_silu(const float* x, int64_t n_tok, int64_t n_ch, int kernel, const float* w, float* state,
                         float* y) {
     if (kernel < 1 || kernel > 8) throw std::invalid_argument("causal_conv1d_silu: kernel 1..8");
     if (n_tok <= 0) return;
-    const int64_t hist = kernel - 1;
-    // Weights transposed to [kernel, n_ch] and the accumulators of one row: per-thread scratch.
-    thread_local std::vector<float> wt, acc;
-    wt.resize(static_cast<size_t>(kernel * n_ch));
-    acc.resize(static_cast<size_t>(n_ch));
-    for (int64_t c = 0; c < n_ch; ++c)
-        for (int j = 0; j < kernel; ++j) wt[static_cast<size_t>(j * n_ch + c)] = w[c * kernel + j];
-    // Row r of xx = concat(state, x).
-    const auto xx = [&](int64_t r) { return r < hist ? state + r * n_ch : x + (r - hist) * n_ch; };
-    for (int64_t t = 0; t < n_tok; ++t) {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int j = 0; j < kernel; ++j) {
-            const float* src = xx(t + j);
-            const float* wj = wt.data() + j * n_ch;
-            float* a = acc.data();
-            for (int64_t c = 0; c < n_ch; ++c) a[c] += wj[c] * src[c];
-        }
-        silu(acc.data(), y + t * n_ch, n_ch);
+    switch (kernel) {
+        case 1:
+            conv_rows<1>(x, n_tok, n_ch, w, state, y);
+            break;
+        case 2:
+            conv_rows<2>(x, n_tok, n_ch, w, state, y);
+            break;
+        case 3:
+            conv_rows<3>(x, n_tok, n_ch, w, state, y);
+            break;
+        case 4:
+            conv_rows<4>(x, n_tok, n_ch, w, state, y);
+            break;
+        case 5:
+            conv_rows<5>(x, n_tok, n_ch, w, state, y);
+            break;
+        case 6:
+            conv_rows<6>(x, n_tok, n_ch, w, state, y);
+            break;
+        case 7:
+            conv_rows<7>(x, n_tok, n_ch, w, state, y);
+            break;
+        default:
+            conv_rows<8>(x, n_tok, n_ch, w, state, y);
+            break;
     }
-    // New state: rows n_tok .. n_tok + hist - 1 of xx, read before written (source row >= destination).
+    silu(y, y, n_tok * n_ch);
+    // New state: rows n_tok .. n_tok + hist - 1 of xx = concat(state, x), read before written (source row >=
+    // destination).
+    const int64_t hist = kernel - 1;
     for (int64_t r = 0; r < hist; ++r) {
-        const float* src = xx(n_tok + r);
+        const int64_t sr = n_tok + r;
+        const float* src = sr < hist ? state + sr * n_ch : x + (sr - hist) * n_ch;
         if (src != state + r * n_ch) std::copy(src, src + n_ch, state + r * n_ch);
     }
 }
