@@ -57,7 +57,7 @@ Expected<ConvertJob> plan_convert_hf(const std::string& folder, const ConvertOpt
             "supported yet",
             cfg_path, cfg.model_type);
     PELICAN_ASSIGN(ModelHParams hp, hparams_from_hf(cfg, *arch, cfg_path));
-    if (arch->hybrid) return plan_convert_hybrid(folder, opt, cfg, hp);
+    if (arch->layer_plan == LayerPlan::kLayerTypes) return plan_convert_hybrid(folder, opt, cfg, hp);
 
     auto tok = Tokenizer::from_hf(folder);
     if (!tok) return make_error("{}: cannot read the tokenizer: {}", folder, tok.error().message);

@@ -85,10 +85,11 @@ class Planner {
 public:
     Planner(const ModelHParams& hp, const std::string& folder)
         : hp_(hp),
-          hy_(*hp.hybrid),
           folder_(folder),
-          vh_{std::max(hy_.linear.n_k_heads, 1),
-              hy_.linear.n_k_heads > 0 ? hy_.linear.n_v_heads / hy_.linear.n_k_heads : 1} {}
+          vh_{std::max(hp_.deltanet.linear.n_k_heads, 1),
+              hp_.deltanet.linear.n_k_heads > 0
+                  ? hp_.deltanet.linear.n_v_heads / hp_.deltanet.linear.n_k_heads
+                  : 1} {}
 
     std::vector<PlannedTensor> tensors;
 
@@ -112,7 +113,7 @@ public:
         const auto& sh = t.shape;
         const std::vector<uint64_t> rev(sh.rbegin(), sh.rend());
         const auto plus_one = [](float w) { return 1.0f + w; };
-        const int64_t kd = hy_.linear.key_dim(), dv = hy_.linear.d_v;
+        const int64_t kd = hp_.deltanet.linear.key_dim(), dv = hp_.deltanet.linear.d_v;
         const VHeads vh = vh_;
         static const std::map<std::string, std::string> plain = {
             {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -195,12 +196,12 @@ public:
             int64_t e = -1;
             std::from_chars(tail.data(), tail.data() + dot, e);
             const std::string which = dot == std::string::npos ? "" : tail.substr(dot + 1);
-            if (e < 0 || e >= hy_.n_expert || sh.size() != 2 ||
+            if (e < 0 || e >= hp_.moe.n_expert || sh.size() != 2 ||
                 (which != "gate_proj.weight" && which != "up_proj.weight" && which != "down_proj.weight"))
                 return make_error("{}: tensor {} is not a known expert tensor", folder_, t.name);
             auto& group = experts_[blk + which];
             group.shape = sh;
-            group.src.resize(static_cast<size_t>(hy_.n_expert));
+            group.src.resize(static_cast<size_t>(hp_.moe.n_expert));
             group.src[static_cast<size_t>(e)] = s;
             group.seen.insert(e);
         } else {
@@ -212,16 +213,16 @@ public:
 
     Status finish_experts() {
         for (auto& [key, g] : experts_) {
-            if (static_cast<int64_t>(g.seen.size()) != hy_.n_expert)
-                return make_error("{}: {} of {} experts found for {}", folder_, g.seen.size(), hy_.n_expert,
-                                  key);
+            if (static_cast<int64_t>(g.seen.size()) != hp_.moe.n_expert)
+                return make_error("{}: {} of {} experts found for {}", folder_, g.seen.size(),
+                                  hp_.moe.n_expert, key);
             const size_t dot = key.find('.', 4);  // "blk.N."
             const std::string blk = key.substr(0, dot + 1), which = key.substr(dot + 1);
             const std::string name = blk + "ffn_" + which.substr(0, which.find('_')) + "_exps.weight";
             const uint64_t n_out = g.shape[0], n_in = g.shape[1];
             PlannedTensor p;
             p.name = name;
-            p.dims = {n_in, n_out, static_cast<uint64_t>(hy_.n_expert)};
+            p.dims = {n_in, n_out, static_cast<uint64_t>(hp_.moe.n_expert)};
             auto srcs = g.src;
             p.generate = [srcs, n_in, n_out](int64_t r, float* dst) {
                 srcs[static_cast<size_t>(static_cast<uint64_t>(r) / n_out)].read(
@@ -239,7 +240,7 @@ private:
         std::set<int64_t> seen;
     };
     const ModelHParams& hp_;
-    const HybridHParams& hy_;
+
     const std::string& folder_;
     VHeads vh_;
     std::map<std::string, ExpertGroup> experts_;
@@ -249,7 +250,6 @@ private:
 
 Status append_hybrid_kvs(std::vector<GgufKV>& kvs, const HfConfig& cfg, const ModelHParams& hp,
                          int64_t n_vocab, int64_t n_mtp, const std::string& where) {
-    const HybridHParams& hy = *hp.hybrid;
     const std::string arch_name(hp.arch->gguf_write_name);
     const std::string a = arch_name + ".";
     const auto put = [&](std::string key, GgufValue v) { kvs.push_back({a + key, std::move(v)}); };
@@ -275,26 +275,26 @@ Status append_hybrid_kvs(std::vector<GgufKV>& kvs, const HfConfig& cfg, const Mo
         put("rope.dimension_sections", gguf_array(GgufType::I32, std::move(arr)));
     }
     put("vocab_size", u32(n_vocab));
-    if (hy.moe) {
-        put("expert_count", u32(hy.n_expert));
-        put("expert_used_count", u32(hy.n_expert_used));
-        put("expert_feed_forward_length", u32(hy.n_ff_expert));
-        put("expert_shared_feed_forward_length", u32(hy.n_ff_shared));
-        put("feed_forward_length", u32(hy.n_ff_expert));
+    if (hp.has(Ffn::kMoe)) {
+        put("expert_count", u32(hp.moe.n_expert));
+        put("expert_used_count", u32(hp.moe.n_expert_used));
+        put("expert_feed_forward_length", u32(hp.moe.n_ff_expert));
+        put("expert_shared_feed_forward_length", u32(hp.moe.n_ff_shared));
+        put("feed_forward_length", u32(hp.moe.n_ff_expert));
     } else {
         put("feed_forward_length", u32(hp.n_ff));
     }
-    put("ssm.conv_kernel", u32(hy.conv_kernel));
-    put("ssm.state_size", u32(hy.linear.d_k));
-    put("ssm.group_count", u32(hy.linear.n_k_heads));
-    put("ssm.time_step_rank", u32(hy.linear.n_v_heads));
-    put("ssm.inner_size", u32(hy.linear.value_dim()));
+    put("ssm.conv_kernel", u32(hp.deltanet.conv_kernel));
+    put("ssm.state_size", u32(hp.deltanet.linear.d_k));
+    put("ssm.group_count", u32(hp.deltanet.linear.n_k_heads));
+    put("ssm.time_step_rank", u32(hp.deltanet.linear.n_v_heads));
+    put("ssm.inner_size", u32(hp.deltanet.linear.value_dim()));
     // llama.cpp marks full attention by an interval: find the one layer_types follows.
     int64_t every = 0;
     for (int64_t k = 1; k <= hp.n_layer && every == 0; ++k) {
         bool ok = true;
         for (int64_t i = 0; i < hp.n_layer && ok; ++i)
-            ok = (hy.full_attention[static_cast<size_t>(i)] != 0) == ((i + 1) % k == 0);
+            ok = (hp.layer[static_cast<size_t>(i)].mixer == Mixer::kGatedAttention) == ((i + 1) % k == 0);
         if (ok) every = k;
     }
     if (every == 0)
@@ -308,7 +308,6 @@ Status append_hybrid_kvs(std::vector<GgufKV>& kvs, const HfConfig& cfg, const Mo
 
 Expected<ConvertJob> plan_convert_hybrid(const std::string& folder, const ConvertOptions& opt,
                                          const HfConfig& cfg, const ModelHParams& hp) {
-    const HybridHParams& hy = *hp.hybrid;
     auto tok = Tokenizer::from_hf(folder);
     if (!tok) return make_error("{}: cannot read the tokenizer: {}", folder, tok.error().message);
     PELICAN_ASSIGN(HfWeights weights, HfWeights::open(folder));
@@ -318,7 +317,7 @@ Expected<ConvertJob> plan_convert_hybrid(const std::string& folder, const Conver
     const std::string prefix =
         w->find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
     const bool has_mtp = w->find("mtp.fc.weight") != nullptr;
-    const int64_t n_mtp = has_mtp ? std::max<int64_t>(hy.n_mtp_layers, 1) : 0;
+    const int64_t n_mtp = has_mtp ? std::max<int64_t>(hp.n_mtp_layers, 1) : 0;
     if (n_mtp > 1) return make_error("{}: {} MTP layers (llama.cpp's qwen35 archs take one)", folder, n_mtp);
 
     ConvertJob job;

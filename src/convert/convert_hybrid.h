@@ -1,6 +1,6 @@
 // `pelican convert` for the hybrid Qwen3.5 archs (HF qwen3_5_moe / qwen3_5 -> GGUF qwen35moe /
 // qwen35 with llama.cpp's tensor names, layout and metadata keys); convert_hybrid.cpp lists the
-// transforms. Called by plan_convert_hf for an arch with ArchSpec::hybrid.
+// transforms. Called by plan_convert_hf for an arch with LayerPlan::kLayerTypes.
 #pragma once
 
 #include <string>

@@ -116,23 +116,23 @@ Expected<ConvertJob> plan_synthetic(const SyntheticOptions& s, const ConvertOpti
         arch->out_bias == Need::Required || (cfg.attention_bias && arch->qkv_bias != Need::Required);
     const bool mlp_bias = arch->mlp_bias == Need::Required || cfg.mlp_bias;
 
-    if (hp.hybrid) {
+    if (hp.arch->layer_plan == LayerPlan::kLayerTypes) {
         // Qwen3.5 (qwen35moe / qwen35) with llama.cpp's names and layout: norms hold 1 + w, ssm_a holds
         // A = -exp(A_log) < 0, experts are stacked [E, n_ff, n_embd] tensors, the MTP block is the nextn
         // layer blk.{n_layer}.
-        const HybridHParams& hy = *hp.hybrid;
         if (cfg.mtp_num_hidden_layers > 1)
             return make_error("{}: {} MTP layers (llama.cpp's qwen35 archs take one)", s.config_name,
                               cfg.mtp_num_hidden_layers);
         const int64_t n_mtp = cfg.mtp_num_hidden_layers > 0 ? 1 : 0;
         const uint64_t QH = u(hp.n_head * hp.head_dim), KVH = u(hp.n_head_kv * hp.head_dim);
-        const uint64_t C = u(hy.linear.conv_dim()), VD = u(hy.linear.value_dim()),
-                       NV = u(hy.linear.n_v_heads);
-        const uint64_t X = u(hy.n_expert), FE = u(hy.n_ff_expert), FS = u(hy.n_ff_shared);
+        const uint64_t C = u(hp.deltanet.linear.conv_dim()), VD = u(hp.deltanet.linear.value_dim()),
+                       NV = u(hp.deltanet.linear.n_v_heads);
+        const uint64_t X = u(hp.moe.n_expert), FE = u(hp.moe.n_ff_expert), FS = u(hp.moe.n_ff_shared);
         add("token_embd.weight", {E, V}, 0);
         for (int64_t i = 0; i < hp.n_layer + n_mtp; ++i) {
             const std::string b = fmt::format("blk.{}.", i);
-            const bool full = i >= hp.n_layer || hy.full_attention[static_cast<size_t>(i)] != 0;
+            const bool full =
+                i >= hp.n_layer || hp.layer[static_cast<size_t>(i)].mixer == Mixer::kGatedAttention;
             if (i >= hp.n_layer) {
                 add(b + "nextn.eh_proj.weight", {2 * E, E}, 0);
                 add(b + "nextn.enorm.weight", {E}, 1);
@@ -153,13 +153,13 @@ Expected<ConvertJob> plan_synthetic(const SyntheticOptions& s, const ConvertOpti
                 add(b + "attn_gate.weight", {E, VD}, 0);
                 add(b + "ssm_beta.weight", {E, NV}, 0);
                 add(b + "ssm_alpha.weight", {E, NV}, 0);
-                add(b + "ssm_conv1d.weight", {u(hy.conv_kernel), C}, 0);
+                add(b + "ssm_conv1d.weight", {u(hp.deltanet.conv_kernel), C}, 0);
                 add(b + "ssm_dt.bias", {NV}, 0);
                 add(b + "ssm_a", {NV}, -0.35f);  // bounded samples: A in about [-0.70, -0.004]
-                add(b + "ssm_norm.weight", {u(hy.linear.d_v)}, 1);
+                add(b + "ssm_norm.weight", {u(hp.deltanet.linear.d_v)}, 1);
                 add(b + "ssm_out.weight", {VD, E}, 0);
             }
-            if (hy.moe) {
+            if (hp.has(Ffn::kMoe)) {
                 add(b + "ffn_gate_inp.weight", {E, X}, 0);
                 add(b + "ffn_gate_exps.weight", {E, FE, X}, 0);
                 add(b + "ffn_up_exps.weight", {E, FE, X}, 0);

@@ -1,13 +1,14 @@
 // Architecture registry. An architecture is DATA: which GGUF/HF names identify it, the rope
-// layout of its GGUF files and which variants of the shared dense-transformer block apply.
-// The block itself (RMSNorm -> GQA attention with rope -> residual -> RMSNorm -> SwiGLU MLP ->
-// residual) lives once, in backend/cpu/cpu_executor_layer.cpp (and its CUDA mirror); its tensors are declared
-// once in model/weights.cpp. One small file per architecture in model/archs/.
+// layout of its GGUF files, which optional tensors of its layers apply, and how its per-layer kinds
+// (model/layer_kind.h) are read. The blocks themselves (RMSNorm -> mixer -> residual -> RMSNorm -> FFN
+// -> residual) live once per backend, in its executor; their tensors are declared once per naming
+// scheme (model/weights.cpp, model/qwen35_weights.cpp). One small file per architecture in model/archs/.
 #pragma once
 
 #include <span>
 #include <string_view>
 
+#include "model/layer_kind.h"
 #include "ops/ops.h"  // RopeLayout
 
 namespace pelican {
@@ -19,6 +20,13 @@ std::string_view rope_layout_name(RopeLayout l);
 
 // Whether a tensor of the shared block is absent, optional (loaded when present) or required.
 enum class Need { No, Optional, Required };
+
+enum class LayerPlan : uint8_t {
+    kUniform,     // every layer {kAttention, kSwiglu}, plain norms; llama.cpp's blk.N.* / HF's Llama names
+    kLayerTypes,  // the Qwen3.5 stack: layer_types (HF) or attention.recurrent_layers /
+                  // full_attention_interval (GGUF) choose kGatedAttention or kDeltaNet per layer;
+                  // zero-centred norms; an optional MTP block; weights by model/qwen35_weights.cpp
+};
 
 struct ArchSpec {
     std::string_view name;                             // pelican's id, also the GGUF general.architecture
@@ -32,7 +40,10 @@ struct ArchSpec {
     Need qk_norm = Need::No;           // attn_{q,k}_norm: per-head RMSNorm on q and k before rope (qwen3)
     bool scalar_multipliers = false;   // granite: embedding / residual / attention / logit multipliers
     bool sliding_window = false;  // apply config.json sliding_window (mistral); GGUF: whenever the key is set
-    bool hybrid = false;  // Qwen3.5 hybrid stack (model/hybrid_*): its own hparams, weights and forward pass
+    // Which reader builds the per-layer kinds (ModelHParams::layer) and which tensor names hold their
+    // weights. Nothing after the loaders reads this: the executors run the layers by their kinds.
+    LayerPlan layer_plan = LayerPlan::kUniform;
+    Ffn ffn = Ffn::kSwiglu;  // the FFN kind of every layer (kLayerTypes plans)
 };
 
 // Lookups; nullptr when unknown.

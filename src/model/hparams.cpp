@@ -10,6 +10,8 @@
 namespace pelican {
 namespace {
 
+constexpr int64_t kMaxLayers = 4096;  // far above any released model; bounds what a file can make us allocate
+
 // Reads "<arch>.<key>" as an integer; required keys fail with the file and key named.
 struct GgufKeys {
     const GgufFile& f;
@@ -52,24 +54,27 @@ Status finish_rope(ModelHParams& hp, const RopeScaling* scaling, std::string_vie
     return {};
 }
 
-// The hybrid Qwen3.5 archs (qwen35moe, qwen35) with llama.cpp's keys: block_count counts the MTP
+// The Qwen3.5 layer plan (qwen35moe, qwen35) with llama.cpp's keys: block_count counts the MTP
 // layers appended after the main stack (nextn_predict_layers); the DeltaNet heads come as
 // ssm.{group_count = n_k_heads, time_step_rank = n_v_heads, state_size = d_k, inner_size = n_v * d_v,
 // conv_kernel}; full-attention layers from attention.recurrent_layers (bool per layer) when present,
 // else every full_attention_interval-th layer. The DeltaNet value heads are in llama.cpp's tiled order.
-Expected<ModelHParams> hybrid_hparams_from_gguf(const GgufFile& f, const ArchSpec& arch, const GgufKeys& k) {
+Expected<ModelHParams> qwen35_hparams_from_gguf(const GgufFile& f, const ArchSpec& arch, const GgufKeys& k) {
     ModelHParams hp;
     hp.arch = &arch;
     hp.rope_layout = RopeLayout::kNeox;
-    HybridHParams h;
-    h.moe = arch.name == "qwen35moe";
+    hp.norm_weight = NormWeight::kOnePlus;
+    const bool moe = arch.ffn == Ffn::kMoe;
     PELICAN_ASSIGN(hp.n_embd, k.int_required("embedding_length"));
     PELICAN_ASSIGN(const int64_t n_block, k.int_required("block_count"));
-    PELICAN_ASSIGN(h.n_mtp_layers, k.int_or("nextn_predict_layers", 0));
-    hp.n_layer = n_block - h.n_mtp_layers;
-    if (h.n_mtp_layers < 0 || hp.n_layer <= 0)
+    PELICAN_ASSIGN(hp.n_mtp_layers, k.int_or("nextn_predict_layers", 0));
+    hp.n_layer = n_block - hp.n_mtp_layers;
+    if (hp.n_mtp_layers < 0 || hp.n_layer <= 0)
         return make_error("{}: {}block_count {} with nextn_predict_layers {} leaves no main layers", f.name(),
-                          k.prefix, n_block, h.n_mtp_layers);
+                          k.prefix, n_block, hp.n_mtp_layers);
+    if (hp.n_layer > kMaxLayers)
+        return make_error("{}: {}block_count {} is above the supported {}", f.name(), k.prefix, n_block,
+                          kMaxLayers);
     PELICAN_ASSIGN(hp.n_head, k.int_required("attention.head_count"));
     PELICAN_ASSIGN(hp.n_head_kv, k.int_or("attention.head_count_kv", hp.n_head));
     PELICAN_ASSIGN(hp.n_ctx_train, k.int_or("context_length", 0));
@@ -86,46 +91,50 @@ Expected<ModelHParams> hybrid_hparams_from_gguf(const GgufFile& f, const ArchSpe
             return make_error("{}: {}attention.recurrent_layers has {} entries for {} layers", f.name(),
                               k.prefix, rec->size(), hp.n_layer);
         for (int64_t i = 0; i < hp.n_layer; ++i)
-            h.full_attention.push_back((*rec)[static_cast<size_t>(i)] ? 0 : 1);
+            hp.layer.push_back(LayerKind{
+                (*rec)[static_cast<size_t>(i)] ? Mixer::kDeltaNet : Mixer::kGatedAttention, arch.ffn});
     } else {
         PELICAN_ASSIGN(const int64_t every, k.int_or("full_attention_interval", 4));
         if (every <= 0)
             return make_error("{}: {}full_attention_interval must be positive, found {}", f.name(), k.prefix,
                               every);
-        for (int64_t i = 0; i < hp.n_layer; ++i) h.full_attention.push_back((i + 1) % every == 0 ? 1 : 0);
+        for (int64_t i = 0; i < hp.n_layer; ++i)
+            hp.layer.push_back(
+                LayerKind{(i + 1) % every == 0 ? Mixer::kGatedAttention : Mixer::kDeltaNet, arch.ffn});
     }
     PELICAN_ASSIGN(const int64_t nk, k.int_or("ssm.group_count", 0));
     PELICAN_ASSIGN(const int64_t nv, k.int_or("ssm.time_step_rank", 0));
     PELICAN_ASSIGN(const int64_t dk, k.int_or("ssm.state_size", 0));
     PELICAN_ASSIGN(const int64_t inner, k.int_or("ssm.inner_size", 0));
     PELICAN_ASSIGN(const int64_t conv, k.int_or("ssm.conv_kernel", 4));
+    DeltaNetHParams& h = hp.deltanet;
     h.linear = DeltaNetShape{.n_k_heads = static_cast<int>(nk),
                              .n_v_heads = static_cast<int>(nv),
                              .d_k = static_cast<int>(dk),
                              .d_v = nv > 0 ? static_cast<int>(inner / nv) : 0,
                              .v_tiled = true};
     h.conv_kernel = static_cast<int>(conv);
-    if (h.n_linear_layers() > 0 && (nk <= 0 || nv <= 0 || dk <= 0 || inner <= 0 || inner % nv != 0 ||
-                                    nv % nk != 0 || conv <= 0 || conv > 16))
+    if (hp.has(Mixer::kDeltaNet) && (nk <= 0 || nv <= 0 || dk <= 0 || inner <= 0 || inner % nv != 0 ||
+                                     nv % nk != 0 || conv <= 0 || conv > 16))
         return make_error(
             "{}: bad DeltaNet keys {}ssm.* (group_count {}, time_step_rank {}, state_size {}, inner_size {}, "
             "conv_kernel {})",
             f.name(), k.prefix, nk, nv, dk, inner, conv);
-    if (h.moe) {
+    if (moe) {
+        MoeHParams& m = hp.moe;
         PELICAN_ASSIGN(const int64_t ne, k.int_required("expert_count"));
         PELICAN_ASSIGN(const int64_t nu, k.int_required("expert_used_count"));
-        PELICAN_ASSIGN(h.n_ff_expert, k.int_required("expert_feed_forward_length"));
-        PELICAN_ASSIGN(h.n_ff_shared, k.int_required("expert_shared_feed_forward_length"));
-        h.n_expert = static_cast<int>(ne);
-        h.n_expert_used = static_cast<int>(nu);
-        if (ne <= 0 || nu <= 0 || nu > ne || h.n_ff_expert <= 0 || h.n_ff_shared <= 0)
+        PELICAN_ASSIGN(m.n_ff_expert, k.int_required("expert_feed_forward_length"));
+        PELICAN_ASSIGN(m.n_ff_shared, k.int_required("expert_shared_feed_forward_length"));
+        m.n_expert = static_cast<int>(ne);
+        m.n_expert_used = static_cast<int>(nu);
+        if (ne <= 0 || nu <= 0 || nu > ne || m.n_ff_expert <= 0 || m.n_ff_shared <= 0)
             return make_error("{}: bad expert keys (count {}, used {}, ff {}, shared ff {})", f.name(), ne,
-                              nu, h.n_ff_expert, h.n_ff_shared);
-        hp.n_ff = h.n_ff_expert;
+                              nu, m.n_ff_expert, m.n_ff_shared);
+        hp.n_ff = m.n_ff_expert;
     } else {
         PELICAN_ASSIGN(hp.n_ff, k.int_required("feed_forward_length"));
     }
-    hp.hybrid = std::move(h);
     PELICAN_TRY(validate_hparams(hp, f.name()));
     PELICAN_TRY(finish_rope(hp, nullptr, f.name()));
     return hp;
@@ -140,6 +149,17 @@ Status validate_hparams(const ModelHParams& hp, std::string_view source) {
     };
     PELICAN_TRY(positive(hp.n_embd, "hidden size (embedding_length)"));
     PELICAN_TRY(positive(hp.n_layer, "layer count (block_count)"));
+    if (hp.n_layer > kMaxLayers)
+        return make_error("{}: {} layers is above the supported {}", source, hp.n_layer, kMaxLayers);
+    if (static_cast<int64_t>(hp.layer.size()) != hp.n_layer)
+        return make_error("{}: {} layer kinds for {} layers", source, hp.layer.size(), hp.n_layer);
+    for (const LayerKind& lk : hp.layer) {
+        if (lk.mixer == Mixer::kDeltaNet && hp.deltanet.linear.n_v_heads <= 0)
+            return make_error("{}: a Gated DeltaNet layer without DeltaNet heads", source);
+        if (lk.ffn == Ffn::kMoe && (hp.moe.n_expert <= 0 || hp.moe.n_expert_used <= 0))
+            return make_error("{}: an MoE layer without experts", source);
+    }
+    if (hp.n_kv_layers() == 0) return make_error("{}: no attention layer (not supported)", source);
     PELICAN_TRY(positive(hp.n_head, "attention head count"));
     PELICAN_TRY(positive(hp.n_head_kv, "key/value head count"));
     PELICAN_TRY(positive(hp.head_dim, "head dimension"));
@@ -165,12 +185,14 @@ Status validate_hparams(const ModelHParams& hp, std::string_view source) {
 Expected<ModelHParams> hparams_from_gguf(const GgufFile& f, const ArchSpec& arch) {
     const std::string arch_key = f.get_string("general.architecture").value_or(std::string(arch.name));
     const GgufKeys k{f, arch_key + "."};
-    if (arch.hybrid) return hybrid_hparams_from_gguf(f, arch, k);
+    if (arch.layer_plan == LayerPlan::kLayerTypes) return qwen35_hparams_from_gguf(f, arch, k);
     ModelHParams hp;
     hp.arch = &arch;
     hp.rope_layout = arch.gguf_rope;
     PELICAN_ASSIGN(hp.n_embd, k.int_required("embedding_length"));
     PELICAN_ASSIGN(hp.n_layer, k.int_required("block_count"));
+    if (hp.n_layer > 0 && hp.n_layer <= kMaxLayers)
+        hp.layer.assign(static_cast<size_t>(hp.n_layer), LayerKind{});
     PELICAN_ASSIGN(hp.n_ff, k.int_required("feed_forward_length"));
     PELICAN_ASSIGN(hp.n_head, k.int_required("attention.head_count"));
     PELICAN_ASSIGN(hp.n_head_kv, k.int_or("attention.head_count_kv", hp.n_head));
@@ -247,9 +269,11 @@ Expected<ModelHParams> hparams_common_from_hf(const HfConfig& c, const ArchSpec&
 }
 
 Expected<ModelHParams> hparams_from_hf(const HfConfig& c, const ArchSpec& arch, std::string_view source) {
-    if (arch.hybrid) return hybrid_hparams_from_hf(c, arch, source);
+    if (arch.layer_plan == LayerPlan::kLayerTypes) return qwen35_hparams_from_hf(c, arch, source);
     PELICAN_ASSIGN(ModelHParams hp, hparams_common_from_hf(c, arch, source));
     hp.n_ff = c.intermediate_size;
+    if (hp.n_layer > 0 && hp.n_layer <= kMaxLayers)
+        hp.layer.assign(static_cast<size_t>(hp.n_layer), LayerKind{});
     if (arch.sliding_window && c.sliding_window) hp.sliding_window = *c.sliding_window;
     if (c.is_moe())
         return make_error("{}: mixture-of-experts {} models are not supported yet", source, arch.name);

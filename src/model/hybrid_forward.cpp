@@ -9,22 +9,16 @@
 namespace pelican {
 
 HybridForward::HybridForward(const Model& m, KvCache kv, int64_t n_batch)
-    : model_(m),
-      hp_(m.hparams()),
-      hy_(*m.hparams().hybrid),
-      w_(*m.hybrid_weights()),
-      kv_(std::move(kv)),
-      n_batch_(n_batch) {}
+    : model_(m), hp_(m.hparams()), w_(m.weights()), kv_(std::move(kv)), n_batch_(n_batch) {}
 
 Expected<std::unique_ptr<HybridForward>> HybridForward::create(const Model& model,
                                                                const ForwardOptions& opt) {
     const ModelHParams& hp = model.hparams();
-    if (!hp.hybrid || !model.hybrid_weights())
-        return make_error("{}: {} is not a hybrid (Qwen3.5) model", model.path(), hp.arch->name);
+    if (hp.arch->layer_plan != LayerPlan::kLayerTypes)
+        return make_error("{}: {} is not a Qwen3.5 model", model.path(), hp.arch->name);
     if (opt.n_ctx <= 0) return make_error("context size must be positive, got {}", opt.n_ctx);
     if (opt.n_batch <= 0) return make_error("batch size must be positive, got {}", opt.n_batch);
-    const HybridHParams& hy = *hp.hybrid;
-    const int64_t n_full = hy.n_full_layers();
+    const int64_t n_full = hp.n_kv_layers();
     if (n_full == 0)
         return make_error("{}: a hybrid model without full-attention layers is not supported", model.path());
     PELICAN_ASSIGN(KvCache kv, KvCache::create(n_full, opt.n_ctx, hp.kv_dim()));
@@ -32,11 +26,11 @@ Expected<std::unique_ptr<HybridForward>> HybridForward::create(const Model& mode
         new HybridForward(model, std::move(kv), std::min(opt.n_batch, opt.n_ctx)));
     int nf = 0, nl = 0;
     for (int64_t i = 0; i < hp.n_layer; ++i) {
-        const bool full = hy.full_attention[static_cast<size_t>(i)] != 0;
+        const bool full = hp.layer[static_cast<size_t>(i)].mixer == Mixer::kGatedAttention;
         f->kv_index_.push_back(full ? nf++ : -1);
         f->rec_index_.push_back(full ? -1 : nl++);
     }
-    f->state_ = RecurrentState(std::max(nl, 1), hy.linear, hy.conv_kernel);
+    f->state_ = RecurrentState(std::max(nl, 1), hp.deltanet.linear, hp.deltanet.conv_kernel);
     f->history_.reserve(static_cast<size_t>(opt.n_ctx));
     if (f->w_.mtp.present) {
         PELICAN_ASSIGN(f->mtp_kv_, KvCache::create(1, opt.n_ctx, hp.kv_dim()));
@@ -105,8 +99,8 @@ void HybridForward::eval_chunk(const int32_t* tokens, int64_t n, int64_t pos0, T
                     cos_.data(), sin_.data());
 
     for (int il = 0; il < hp_.n_layer; ++il) {
-        const HybridLayerWeights& L = w_.layers[static_cast<size_t>(il)];
-        if (L.full_attention) {
+        const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+        if (L.kind.mixer == Mixer::kGatedAttention) {
             const int slot = kv_index_[static_cast<size_t>(il)];
             attention_layer(L, kv_.k(slot), kv_.v(slot), n, pos0, pool);
             continue;

@@ -81,18 +81,17 @@ private:
                    float* all_logits);
     // x_ += mixer(norm(x_)); x_ += mlp(norm(x_)) for a full-attention layer whose K/V rows live at
     // kc / vc (slot pos0 onwards); rope tables cos_ / sin_ must be set for the n rows.
-    void attention_layer(const HybridLayerWeights& L, float* kc, float* vc, int64_t n, int64_t pos0,
+    void attention_layer(const LayerWeights& L, float* kc, float* vc, int64_t n, int64_t pos0,
                          ThreadPool& pool);
     // Mixers and MLPs over n tokens: read xn_, write proj_.
     void deltanet(int il, int64_t n, ThreadPool& pool);
-    void attention(const GatedAttentionWeights& W, float* kc, float* vc, int64_t n, int64_t pos0,
+    void attention(const AttentionWeights& W, float* kc, float* vc, int64_t n, int64_t pos0,
                    ThreadPool& pool);
-    void ffn(const HybridLayerWeights& L, int64_t n, ThreadPool& pool);
+    void ffn(const LayerWeights& L, int64_t n, ThreadPool& pool);
 
     const Model& model_;
     const ModelHParams& hp_;
-    const HybridHParams& hy_;
-    const HybridWeights& w_;
+    const ModelWeights& w_;
     KvCache kv_;                  // full-attention layers only, in layer order
     std::vector<int> kv_index_;   // [n_layer]: KV-cache slot of a full-attention layer
     std::vector<int> rec_index_;  // [n_layer]: RecurrentState slot of a DeltaNet layer

@@ -14,8 +14,8 @@ void HybridForward::deltanet(int il, int64_t n, ThreadPool& pool) {
     blocks_->deltanet_finish(W, n, proj_.data(), pool);
 }
 
-void HybridForward::attention_layer(const HybridLayerWeights& L, float* kc, float* vc, int64_t n,
-                                    int64_t pos0, ThreadPool& pool) {
+void HybridForward::attention_layer(const LayerWeights& L, float* kc, float* vc, int64_t n, int64_t pos0,
+                                    ThreadPool& pool) {
     const int64_t e = hp_.n_embd;
     cpu::rms_norm(x_.data(), L.attn_norm, xn_.data(), n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
     attention(L.attn, kc, vc, n, pos0, pool);
@@ -25,7 +25,7 @@ void HybridForward::attention_layer(const HybridLayerWeights& L, float* kc, floa
     cpu::add(x_.data(), proj_.data(), x_.data(), n * e);
 }
 
-void HybridForward::attention(const GatedAttentionWeights& W, float* kc, float* vc, int64_t n, int64_t pos0,
+void HybridForward::attention(const AttentionWeights& W, float* kc, float* vc, int64_t n, int64_t pos0,
                               ThreadPool& pool) {
     const int64_t kvd = hp_.kv_dim();
     // This chunk's K/V rows go straight into the cache.
@@ -41,8 +41,8 @@ void HybridForward::attention(const GatedAttentionWeights& W, float* kc, float* 
     blocks_->attention_finish(W, n, proj_.data(), pool);
 }
 
-void HybridForward::ffn(const HybridLayerWeights& L, int64_t n, ThreadPool& pool) {
-    if (hy_.moe)
+void HybridForward::ffn(const LayerWeights& L, int64_t n, ThreadPool& pool) {
+    if (L.kind.ffn == Ffn::kMoe)
         blocks_->moe(L.moe, xn_.data(), n, proj_.data(), pool);
     else
         blocks_->mlp(L.mlp, xn_.data(), n, proj_.data(), pool);

@@ -17,18 +17,17 @@ std::string Model::describe() const {
     if (!h.rope_scaling.empty()) s += fmt::format(" ({} scaling)", h.rope_scaling);
     if (h.sliding_window > 0) s += fmt::format(", sliding window {}", h.sliding_window);
     if (w_.tied_output) s += ", tied output";
-    if (h.hybrid) {
-        const HybridHParams& y = *h.hybrid;
+    if (h.has(Mixer::kDeltaNet)) {
+        const DeltaNetHParams& y = h.deltanet;
         s += fmt::format(
             ", hybrid: {} DeltaNet + {} full-attention layers, linear heads {}/{} x {}/{}, conv {}",
-            y.n_linear_layers(), y.n_full_layers(), y.linear.n_k_heads, y.linear.n_v_heads, y.linear.d_k,
+            h.count(Mixer::kDeltaNet), h.n_kv_layers(), y.linear.n_k_heads, y.linear.n_v_heads, y.linear.d_k,
             y.linear.d_v, y.conv_kernel);
-        if (y.moe)
-            s += fmt::format(", {} experts top-{} (ff {}) + shared (ff {})", y.n_expert, y.n_expert_used,
-                             y.n_ff_expert, y.n_ff_shared);
-        if (hybrid_ && hybrid_->mtp.present)
-            s += fmt::format(", MTP {} layer(s)", hybrid_->mtp.layers.size());
     }
+    if (h.has(Ffn::kMoe))
+        s += fmt::format(", {} experts top-{} (ff {}) + shared (ff {})", h.moe.n_expert, h.moe.n_expert_used,
+                         h.moe.n_ff_expert, h.moe.n_ff_shared);
+    if (w_.mtp.present) s += fmt::format(", MTP {} layer(s)", w_.mtp.layers.size());
     return s;
 }
 
@@ -90,15 +89,7 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path_in, const M
         m->gguf_ = std::make_shared<const GgufFile>(std::move(f));
         src = WeightSource::from_gguf(m->gguf_);
     }
-    if (m->hp_.arch->hybrid) {
-        PELICAN_ASSIGN(
-            HybridWeights hw,
-            load_hybrid_weights(*src, m->hp_, m->w_, WeightLoadOptions{.allow_repack = opt.allow_repack}));
-        m->hybrid_ = std::make_unique<const HybridWeights>(std::move(hw));
-    } else {
-        PELICAN_ASSIGN(m->w_,
-                       load_weights(*src, m->hp_, WeightLoadOptions{.allow_repack = opt.allow_repack}));
-    }
+    PELICAN_ASSIGN(m->w_, load_weights(*src, m->hp_, WeightLoadOptions{.allow_repack = opt.allow_repack}));
     if (m->hf_config_ && !m->hf_config_->tie_word_embeddings && m->w_.tied_output)
         return make_error("{}: missing tensor lm_head.weight (config.json has tie_word_embeddings false)",
                           path);

@@ -1,5 +1,5 @@
-// A loaded Llama-family model: the mapped file, its hyper-parameters and weights. Immutable after
-// load and shareable between sessions (sequence state lives in kv/sequence_memory.h and the passes).
+// A loaded model: the mapped file, its hyper-parameters (with every layer's kinds) and weights. Immutable
+// after load and shareable between sessions (sequence state lives in kv/sequence_memory.h and the passes).
 //
 //   PELICAN_ASSIGN(auto model, Model::load("model.gguf"));   // or an HF folder
 //   model->hparams().n_vocab
@@ -14,7 +14,6 @@
 #include "formats/hf_folder.h"
 #include "model/arch.h"
 #include "model/hparams.h"
-#include "model/hybrid_weights.h"
 #include "model/weight_source.h"
 #include "model/weights.h"
 
@@ -38,8 +37,6 @@ public:
     const ArchSpec& arch() const { return *hp_.arch; }
     const ModelHParams& hparams() const { return hp_; }
     const ModelWeights& weights() const { return w_; }
-    // The Qwen3.5 hybrid stack's weights (arch().hybrid); nullptr for the dense Llama family.
-    const HybridWeights* hybrid_weights() const { return hybrid_.get(); }
     const std::string& path() const { return path_; }
     bool is_gguf() const { return gguf_ != nullptr; }
     const GgufFile* gguf() const { return gguf_.get(); }            // nullptr for HF folders
@@ -53,8 +50,7 @@ private:
     std::shared_ptr<const HfWeights> hf_;
     std::unique_ptr<HfConfig> hf_config_;
     ModelHParams hp_;
-    ModelWeights w_;                               // views into gguf_ / hf_ mappings
-    std::unique_ptr<const HybridWeights> hybrid_;  // hybrid archs only (w_ then holds embd/norm/head)
+    ModelWeights w_;  // views into gguf_ / hf_ mappings, or owned copies
 };
 
 }  // namespace pelican

@@ -88,26 +88,28 @@ std::string lt(int layer, std::string_view base, std::string_view suffix = "weig
 
 Status load_layer(Loader& L, const ModelHParams& hp, const ArchSpec& a, int i, LayerWeights& l) {
     const int64_t e = hp.n_embd, q = hp.q_dim(), kv = hp.kv_dim(), ff = hp.n_ff, hd = hp.head_dim;
+    AttentionWeights& at = l.attn;
+    SwigluWeights& ml = l.mlp;
     PELICAN_ASSIGN(l.attn_norm, L.vec(lt(i, "attn_norm"), e, Need::Required));
-    PELICAN_ASSIGN(l.wq, L.matrix(lt(i, "attn_q"), e, q));
-    PELICAN_ASSIGN(l.wk, L.matrix(lt(i, "attn_k"), e, kv));
-    PELICAN_ASSIGN(l.wv, L.matrix(lt(i, "attn_v"), e, kv));
-    PELICAN_ASSIGN(l.wo, L.matrix(lt(i, "attn_output"), q, e));
-    PELICAN_ASSIGN(l.bq, L.vec(lt(i, "attn_q", "bias"), q, a.qkv_bias));
-    PELICAN_ASSIGN(l.bk, L.vec(lt(i, "attn_k", "bias"), kv, a.qkv_bias));
-    PELICAN_ASSIGN(l.bv, L.vec(lt(i, "attn_v", "bias"), kv, a.qkv_bias));
-    PELICAN_ASSIGN(l.bo, L.vec(lt(i, "attn_output", "bias"), e, a.out_bias));
-    PELICAN_ASSIGN(l.q_norm, L.vec(lt(i, "attn_q_norm"), hd, a.qk_norm));
-    PELICAN_ASSIGN(l.k_norm, L.vec(lt(i, "attn_k_norm"), hd, a.qk_norm));
-    if ((l.q_norm == nullptr) != (l.k_norm == nullptr))
+    PELICAN_ASSIGN(at.wq, L.matrix(lt(i, "attn_q"), e, q));
+    PELICAN_ASSIGN(at.wk, L.matrix(lt(i, "attn_k"), e, kv));
+    PELICAN_ASSIGN(at.wv, L.matrix(lt(i, "attn_v"), e, kv));
+    PELICAN_ASSIGN(at.wo, L.matrix(lt(i, "attn_output"), q, e));
+    PELICAN_ASSIGN(at.bq, L.vec(lt(i, "attn_q", "bias"), q, a.qkv_bias));
+    PELICAN_ASSIGN(at.bk, L.vec(lt(i, "attn_k", "bias"), kv, a.qkv_bias));
+    PELICAN_ASSIGN(at.bv, L.vec(lt(i, "attn_v", "bias"), kv, a.qkv_bias));
+    PELICAN_ASSIGN(at.bo, L.vec(lt(i, "attn_output", "bias"), e, a.out_bias));
+    PELICAN_ASSIGN(at.q_norm, L.vec(lt(i, "attn_q_norm"), hd, a.qk_norm));
+    PELICAN_ASSIGN(at.k_norm, L.vec(lt(i, "attn_k_norm"), hd, a.qk_norm));
+    if ((at.q_norm == nullptr) != (at.k_norm == nullptr))
         return make_error("layer {}: attn_q_norm and attn_k_norm must both be present or both absent", i);
     PELICAN_ASSIGN(l.ffn_norm, L.vec(lt(i, "ffn_norm"), e, Need::Required));
-    PELICAN_ASSIGN(l.w_gate, L.matrix(lt(i, "ffn_gate"), e, ff));
-    PELICAN_ASSIGN(l.w_up, L.matrix(lt(i, "ffn_up"), e, ff));
-    PELICAN_ASSIGN(l.w_down, L.matrix(lt(i, "ffn_down"), ff, e));
-    PELICAN_ASSIGN(l.b_gate, L.vec(lt(i, "ffn_gate", "bias"), ff, a.mlp_bias));
-    PELICAN_ASSIGN(l.b_up, L.vec(lt(i, "ffn_up", "bias"), ff, a.mlp_bias));
-    PELICAN_ASSIGN(l.b_down, L.vec(lt(i, "ffn_down", "bias"), e, a.mlp_bias));
+    PELICAN_ASSIGN(ml.gate, L.matrix(lt(i, "ffn_gate"), e, ff));
+    PELICAN_ASSIGN(ml.up, L.matrix(lt(i, "ffn_up"), e, ff));
+    PELICAN_ASSIGN(ml.down, L.matrix(lt(i, "ffn_down"), ff, e));
+    PELICAN_ASSIGN(ml.b_gate, L.vec(lt(i, "ffn_gate", "bias"), ff, a.mlp_bias));
+    PELICAN_ASSIGN(ml.b_up, L.vec(lt(i, "ffn_up", "bias"), ff, a.mlp_bias));
+    PELICAN_ASSIGN(ml.b_down, L.vec(lt(i, "ffn_down", "bias"), e, a.mlp_bias));
     return {};
 }
 
@@ -123,6 +125,9 @@ void share_tied_embedding(ModelWeights& w) {
 }
 
 Expected<ModelWeights> load_weights(const WeightSource& src, ModelHParams& hp, const WeightLoadOptions& opt) {
+    if (hp.arch->layer_plan == LayerPlan::kLayerTypes) return load_qwen35_weights(src, hp, opt);
+    if (!hp.uniform_attention())
+        return make_error("{}: {} layers are not all attention + SwiGLU", src.path(), hp.arch->name);
     ModelWeights w;
     Loader L(src, w, opt);
     const ArchSpec& a = *hp.arch;

@@ -20,8 +20,6 @@
 #include "backend/cpu/cache_info.h"
 #include "backend/cpu/mem_bandwidth.h"
 #include "core/thread_pool.h"
-#include "model/hybrid_hparams.h"
-#include "model/hybrid_weights.h"
 #include "model/model.h"
 #include "pelican/engine.h"
 #include "runtime/forward_factory.h"
@@ -52,42 +50,42 @@ struct Tally {
     }
 };
 
-// The hybrid Qwen3.5 stack's layers (and its MTP block: stored, not read by a decode step).
-void tally_hybrid(const Model& model, Tally& t) {
-    const HybridWeights* hw = model.hybrid_weights();
-    const ModelHParams& hp = model.hparams();
-    if (hw == nullptr || !hp.hybrid) return;
-    const HybridHParams& h = *hp.hybrid;
-    const double routed = h.n_expert > 0 ? static_cast<double>(h.n_expert_used) / h.n_expert : 0.0;
-    auto layer = [&](const HybridLayerWeights& l, double read) {
-        t.vec(l.attn_norm, hp.n_embd);
-        t.vec(l.ffn_norm, hp.n_embd);
-        if (l.full_attention) {
-            for (const cpu::Weight* m : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo}) t.matrix(*m, read);
-            t.vec(l.attn.q_norm, hp.head_dim);
-            t.vec(l.attn.k_norm, hp.head_dim);
-        } else {
-            const DeltaNetWeights& d = l.linear;
-            for (const cpu::Weight* m : {&d.in_qkv, &d.in_z, &d.in_b, &d.in_a, &d.out}) t.matrix(*m, read);
-            t.vec(d.conv, h.linear.conv_dim() * h.conv_kernel);
-            t.vec(d.dt_bias, h.linear.n_v_heads);
-            t.vec(d.a_log, h.linear.n_v_heads);
-            t.vec(d.norm, h.linear.d_v);
-        }
-        if (h.moe) {
-            for (const cpu::Weight* m : {&l.moe.router, &l.moe.shared_gate, &l.moe.shared.gate,
-                                         &l.moe.shared.up, &l.moe.shared.down})
-                t.matrix(*m, read);
-            for (const SwigluWeights& x : l.moe.experts)
-                for (const cpu::Weight* m : {&x.gate, &x.up, &x.down}) t.matrix(*m, read * routed);
-        } else {
-            for (const cpu::Weight* m : {&l.mlp.gate, &l.mlp.up, &l.mlp.down}) t.matrix(*m, read);
-        }
-    };
-    for (const HybridLayerWeights& l : hw->layers) layer(l, 1.0);
-    if (hw->mtp.present) {
-        t.matrix(hw->mtp.fc, 0.0);
-        for (const HybridLayerWeights& l : hw->mtp.layers) layer(l, 0.0);
+// One layer by its kinds; read: the share of its matrices one decode step reads (0 for the MTP block:
+// stored, not read by a decode step; routed experts: k of E of that).
+void tally_layer(const ModelHParams& hp, const LayerWeights& l, double read, Tally& t) {
+    t.vec(l.attn_norm, hp.n_embd);
+    t.vec(l.ffn_norm, hp.n_embd);
+    if (uses_kv(l.kind.mixer)) {
+        const AttentionWeights& a = l.attn;
+        for (const cpu::Weight* m : {&a.wq, &a.wk, &a.wv, &a.wo}) t.matrix(*m, read);
+        t.vec(a.q_norm, hp.head_dim);
+        t.vec(a.k_norm, hp.head_dim);
+        t.vec(a.bq, hp.q_dim());
+        t.vec(a.bk, hp.kv_dim());
+        t.vec(a.bv, hp.kv_dim());
+        t.vec(a.bo, hp.n_embd);
+    } else {
+        const DeltaNetShape& s = hp.deltanet.linear;
+        const DeltaNetWeights& d = l.linear;
+        for (const cpu::Weight* m : {&d.in_qkv, &d.in_z, &d.in_b, &d.in_a, &d.out}) t.matrix(*m, read);
+        t.vec(d.conv, s.conv_dim() * hp.deltanet.conv_kernel);
+        t.vec(d.dt_bias, s.n_v_heads);
+        t.vec(d.a_log, s.n_v_heads);
+        t.vec(d.norm, s.d_v);
+    }
+    if (l.kind.ffn == Ffn::kMoe) {
+        const MoeHParams& h = hp.moe;
+        const double routed = h.n_expert > 0 ? static_cast<double>(h.n_expert_used) / h.n_expert : 0.0;
+        for (const cpu::Weight* m :
+             {&l.moe.router, &l.moe.shared_gate, &l.moe.shared.gate, &l.moe.shared.up, &l.moe.shared.down})
+            t.matrix(*m, read);
+        for (const SwigluWeights& x : l.moe.experts)
+            for (const cpu::Weight* m : {&x.gate, &x.up, &x.down}) t.matrix(*m, read * routed);
+    } else {
+        for (const cpu::Weight* m : {&l.mlp.gate, &l.mlp.up, &l.mlp.down}) t.matrix(*m, read);
+        t.vec(l.mlp.b_gate, hp.n_ff);
+        t.vec(l.mlp.b_up, hp.n_ff);
+        t.vec(l.mlp.b_down, hp.n_embd);
     }
 }
 
@@ -146,21 +144,11 @@ ModelBytes model_bytes(const Model& model) {
     const ModelHParams& hp = model.hparams();
     const ModelWeights& w = model.weights();
     Tally t;
-    for (const LayerWeights& l : w.layers) {
-        t.vec(l.attn_norm, hp.n_embd);
-        t.vec(l.ffn_norm, hp.n_embd);
-        t.vec(l.q_norm, hp.head_dim);
-        t.vec(l.k_norm, hp.head_dim);
-        t.vec(l.bq, hp.q_dim());
-        t.vec(l.bk, hp.kv_dim());
-        t.vec(l.bv, hp.kv_dim());
-        t.vec(l.bo, hp.n_embd);
-        t.vec(l.b_gate, hp.n_ff);
-        t.vec(l.b_up, hp.n_ff);
-        t.vec(l.b_down, hp.n_embd);
-        for (const cpu::Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) t.matrix(*m);
+    for (const LayerWeights& l : w.layers) tally_layer(hp, l, 1.0, t);
+    if (w.mtp.present) {
+        t.matrix(w.mtp.fc, 0.0);
+        for (const LayerWeights& l : w.mtp.layers) tally_layer(hp, l, 0.0, t);
     }
-    tally_hybrid(model, t);
     t.vec(w.output_norm, hp.n_embd);
     t.matrix(w.output);  // the LM head is read whole, tied or not
     // The embedding: one row per decoded token; stored in full unless it is the tied output.
@@ -189,16 +177,15 @@ KvBytes decode_kv_bytes(const Model& model, int64_t depth, int64_t n_gen, int el
         sum += static_cast<double>(hp.sliding_window > 0 ? std::min(pos + 1, hp.sliding_window) : pos + 1);
     r.mean_positions = sum / static_cast<double>(n_gen);
     // K and V of every attention layer (fp32 pages on the CPU, backend/cpu/cpu_memory.h; the GPU cache may be
-    // F16). The hybrid stack caches K/V in its full-attention layers only; each of its DeltaNet layers reads
+    // F16). Only the attention layers cache K/V; each DeltaNet layer reads
     // and writes its fp32 recurrent state (S and the conv inputs) once per token instead.
-    const int64_t kv_layers = hp.hybrid ? hp.hybrid->n_full_layers() : hp.n_layer;
-    const double row_bytes = static_cast<double>(2 * kv_layers * hp.kv_dim()) * elem_bytes;
+    const double row_bytes = static_cast<double>(2 * hp.n_kv_layers() * hp.kv_dim()) * elem_bytes;
     r.bytes_per_token = row_bytes * r.mean_positions;
-    if (hp.hybrid) {
-        const HybridHParams& h = *hp.hybrid;
+    if (hp.has(Mixer::kDeltaNet)) {
+        const DeltaNetHParams& h = hp.deltanet;
         const double state =
             static_cast<double>(h.linear.state_floats() + (h.conv_kernel - 1) * h.linear.conv_dim());
-        r.bytes_per_token += 2.0 * static_cast<double>(h.n_linear_layers()) * state * sizeof(float);
+        r.bytes_per_token += 2.0 * static_cast<double>(hp.count(Mixer::kDeltaNet)) * state * sizeof(float);
     }
     return r;
 }

@@ -72,7 +72,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& path_in, const
     if (gpu) {
         Status s = gpu_supports(*e->model_);
         // The hybrid Qwen3.5 GPU pass is new: only an explicit --device cuda selects it for now.
-        if (s.ok() && e->model_->arch().hybrid && opt.device != Device::kCuda)
+        if (s.ok() && !e->model_->hparams().uniform_attention() && opt.device != Device::kCuda)
             s = make_error("the {} GPU pass is experimental; pass --device cuda to use it",
                            e->model_->arch().name);
         if (s.ok()) {

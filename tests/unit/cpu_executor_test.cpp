@@ -56,6 +56,10 @@ TEST_P(CpuExecutorArch, BatchOfSequencesEqualsEachAlone) {
     TempDir dir("exec_batch_" + GetParam());
     auto m = tiny_model(dir, GetParam());
     ASSERT_TRUE(m);
+    // Every layer of a Llama-family model is attention + SwiGLU with plain norms.
+    ASSERT_EQ(m->hparams().layer.size(), static_cast<size_t>(m->hparams().n_layer));
+    EXPECT_TRUE(m->hparams().uniform_attention());
+    for (const LayerWeights& l : m->weights().layers) EXPECT_EQ(l.kind, LayerKind{});
     const int64_t V = m->hparams().n_vocab;
     ThreadPool pool(2);
     auto exec = cpu::CpuExecutor::create(*m, {.max_batch_tokens = 64});

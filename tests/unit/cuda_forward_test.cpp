@@ -197,8 +197,8 @@ TEST_P(CudaTypes, LogitsMatchTheCpuPassWithinTheActivationRounding) {
     auto g = gpu_pass(*m);
     ASSERT_TRUE(g);
     if (!c.mixed.empty()) {  // the split layout is what this case is for
-        EXPECT_EQ(g->weights().layer(0).qkv.size(), 2u);
-        EXPECT_EQ(g->weights().layer(0).gate_up.size(), 2u);
+        EXPECT_EQ(g->weights().layer(0).attn.qkv.size(), 2u);
+        EXPECT_EQ(g->weights().layer(0).mlp.gate_up.size(), 2u);
     }
     const auto toks = some_tokens(12, s.n_vocab, 5);
     const auto want = all_logits(**cpu, toks);

@@ -233,12 +233,19 @@ TEST(HybridForward, RewindReplaysKeptTokens) {
 TEST(HybridForward, MtpWeightsAddressable) {
     Fixture fx(moe_spec(), "hyb_mtp");
     ASSERT_TRUE(fx.model);
-    const HybridWeights* hw = fx.model->hybrid_weights();
-    ASSERT_NE(hw, nullptr);
+    const ModelWeights* hw = &fx.model->weights();
     EXPECT_EQ(hw->prefix, "model.language_model.");
     ASSERT_TRUE(hw->mtp.present);
     ASSERT_EQ(hw->mtp.layers.size(), 1u);
-    EXPECT_TRUE(hw->mtp.layers[0].full_attention);
+    EXPECT_EQ(hw->mtp.layers[0].kind, (LayerKind{Mixer::kGatedAttention, Ffn::kMoe}));
+    // The main stack's kinds: the spec's full-attention layers, every FFN MoE.
+    ASSERT_EQ(fx.model->hparams().layer.size(), static_cast<size_t>(fx.spec.n_layer));
+    for (int l = 0; l < fx.spec.n_layer; ++l) {
+        const LayerKind k = fx.model->hparams().layer[static_cast<size_t>(l)];
+        EXPECT_EQ(k.mixer, fx.spec.full(l) ? Mixer::kGatedAttention : Mixer::kDeltaNet) << l;
+        EXPECT_EQ(k.ffn, Ffn::kMoe) << l;
+        EXPECT_EQ(hw->layers[static_cast<size_t>(l)].kind, k) << l;
+    }
     EXPECT_EQ(hw->mtp.fc.n_in(), 2 * fx.spec.n_embd);
     EXPECT_EQ(hw->mtp.layers[0].moe.experts.size(), static_cast<size_t>(fx.spec.n_expert));
     EXPECT_EQ(hw->mtp.norm_embd[0], fx.w.at("mtp.pre_fc_norm_embedding.weight").data[0]);

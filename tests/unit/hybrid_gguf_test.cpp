@@ -113,6 +113,19 @@ void check_round_trip(HybridSpec s, const std::string& tag, bool unfuse) {
     ASSERT_TRUE(from_gguf.ok()) << from_gguf.error().message;
     EXPECT_EQ((*from_gguf)->arch().name, arch);
     EXPECT_EQ((*from_gguf)->hparams().n_layer, s.n_layer);
+    // Both readers give every layer its kinds: the spec's full-attention layers gated attention, the rest
+    // DeltaNet; every FFN MoE (qwen35moe) or SwiGLU (qwen35); zero-centred norms.
+    for (const Model* m : {from_hf->get(), from_gguf->get()}) {
+        const ModelHParams& hp = m->hparams();
+        ASSERT_EQ(hp.layer.size(), static_cast<size_t>(s.n_layer));
+        EXPECT_EQ(hp.norm_weight, NormWeight::kOnePlus);
+        EXPECT_FALSE(hp.uniform_attention());
+        for (int l = 0; l < s.n_layer; ++l)
+            EXPECT_EQ(hp.layer[static_cast<size_t>(l)],
+                      (LayerKind{s.full(l) ? Mixer::kGatedAttention : Mixer::kDeltaNet,
+                                 s.moe ? Ffn::kMoe : Ffn::kSwiglu}))
+                << l;
+    }
     const auto toks = random_tokens(100, s.n_vocab, 17);
     const Logits a = run(**from_hf, toks, s.n_vocab, s.mtp), b = run(**from_gguf, toks, s.n_vocab, s.mtp);
     const auto V = static_cast<size_t>(s.n_vocab);

@@ -20,22 +20,22 @@ CpuExecutor::CpuExecutor(const Model& m, int64_t max_tokens)
 
 Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Model& model,
                                                            const CpuExecutorOptions& opt) {
-    if (model.arch().hybrid && (!model.hparams().hybrid || !model.hybrid_weights()))
-        return make_error("{}: hybrid architecture without its layer plan", model.path());
+    if (model.weights().layers.size() != model.hparams().layer.size())
+        return make_error("{}: {} layers of weights for {} layer kinds", model.path(),
+                          model.weights().layers.size(), model.hparams().layer.size());
     if (opt.max_batch_tokens <= 0)
         return make_error("batch size must be positive, got {}", opt.max_batch_tokens);
     std::unique_ptr<CpuExecutor> e(new CpuExecutor(model, opt.max_batch_tokens));
     e->tap_ = opt.tap;
     const ModelHParams& hp = model.hparams();
-    e->hybrid_ = model.arch().hybrid;
     int n_kv = 0, n_rec = 0;
     for (int64_t il = 0; il < hp.n_layer; ++il) {
-        const bool attn = !e->hybrid_ || hp.hybrid->full_attention[static_cast<size_t>(il)] != 0;
+        const bool attn = uses_kv(hp.layer[static_cast<size_t>(il)].mixer);
         e->kv_slot_.push_back(attn ? n_kv++ : -1);
         e->rec_slot_.push_back(attn ? -1 : n_rec++);
     }
     e->n_states_.reserve(static_cast<size_t>(opt.max_batch_tokens));
-    if (e->hybrid_) {
+    if (hp.has(Mixer::kGatedAttention) || hp.has(Mixer::kDeltaNet) || hp.has(Ffn::kMoe)) {
         try {
             e->blocks_ = std::make_unique<HybridBlocks>(hp, opt.max_batch_tokens);
         } catch (const std::bad_alloc&) {
@@ -67,9 +67,9 @@ Expected<std::unique_ptr<SequenceMemory>> CpuExecutor::create_memory(const Memor
     if (recurrent) {
         if (opt.checkpoints < 1 || opt.checkpoints > 64)
             return make_error("sequence memory: {} recurrent checkpoints (1 to 64)", opt.checkpoints);
-        const DeltaNetShape& ls = hp_.hybrid->linear;
+        const DeltaNetShape& ls = hp_.deltanet.linear;
         s.n_rec_layers = std::count_if(rec_slot_.begin(), rec_slot_.end(), [](int r) { return r >= 0; });
-        s.conv_floats = int64_t{hp_.hybrid->conv_kernel - 1} * ls.conv_dim();
+        s.conv_floats = int64_t{hp_.deltanet.conv_kernel - 1} * ls.conv_dim();
         s.ssm_floats = ls.state_floats();
         s.n_entries = opt.max_seqs * (opt.checkpoints + 1);
     }
@@ -152,12 +152,7 @@ Status CpuExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs&
     n_states_.clear();
     for (const SeqRun& r : runs_)
         n_states_.push_back(static_cast<int32_t>(r.n <= mem.checkpoints() ? r.n : 1));
-    for (int il = 0; il < hp_.n_layer; ++il) {
-        if (hybrid_)
-            hybrid_layer(il, n, *kv, mem, pool);
-        else
-            layer(il, n, *kv, mem, pool);
-    }
+    for (int il = 0; il < hp_.n_layer; ++il) layer(il, n, *kv, mem, pool);
     head(b, out, pool);
     for (size_t i = 0; i < runs_.size(); ++i)
         mem.commit(runs_[i].seq, runs_[i].pos0 + runs_[i].n, n_states_[i]);
@@ -174,8 +169,7 @@ void CpuExecutor::head(const Batch& b, const StepOutputs& out, ThreadPool& pool)
         const int64_t r = b.out_rows[static_cast<size_t>(i)];
         if (r != i) std::memcpy(x_ + i * e, x_ + r * e, static_cast<size_t>(e) * sizeof(float));
     }
-    rms_norm(x_, w.output_norm, xn_, n_out, e, hp_.rms_eps,
-             hybrid_ ? NormWeight::kOnePlus : NormWeight::kPlain, &pool);
+    rms_norm(x_, w.output_norm, xn_, n_out, e, hp_.rms_eps, hp_.norm_weight, &pool);
     tap("output_norm", -1, n_out, e, xn_);
     if (!out.hidden.empty()) std::copy(xn_, xn_ + n_out * e, out.hidden.data());
     if (out.logits.empty()) return;

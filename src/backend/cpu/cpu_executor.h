@@ -1,12 +1,12 @@
-// The CPU Executor (runtime/executor.h). It runs the layer kinds the model declares: the shared
-// dense block of every Llama-family architecture, and the hybrid Qwen3.5 stack's Gated DeltaNet and
-// gated-attention layers with their MoE (+ shared expert) or dense MLP (backend/cpu/hybrid_blocks.h;
-// zero-centred norms, recurrent state in the memory's rings). The dense block:
+// The CPU Executor (runtime/executor.h). It runs each layer by the kinds the model declares
+// (model/layer_kind.h): attention, gated attention or Gated DeltaNet, then SwiGLU or MoE (+ shared
+// expert); the gated-attention, DeltaNet and MoE blocks are backend/cpu/hybrid_blocks.h, recurrent
+// state lives in the memory's rings. Norms apply w or 1 + w (hp.norm_weight).
 //
 //   x = embd[tokens] * embd_scale
-//   per layer:  h = rms_norm(x) -> q, k, v (+bias) -> [q/k rms_norm per head] -> rope(q, k)
-//               K/V rows -> the sequences' KV pages; x += residual_scale * o_proj(paged attention)
-//               x += residual_scale * down(silu(gate(rms_norm(x))) * up(rms_norm(x)))
+//   per layer:  mixer, e.g. attention: h = rms_norm(x) -> q, k, v (+bias) -> [q/k rms_norm per head]
+//               -> rope(q, k), K/V rows -> the sequences' KV pages; x += residual_scale * o_proj(attention)
+//               FFN, e.g. x += residual_scale * down(silu(gate(rms_norm(x))) * up(rms_norm(x)))
 //   logits = output(rms_norm(x[out_rows])) * logit_scale
 //
 // A step's rows may come from many sequences at different positions: every matmul runs once over
@@ -58,8 +58,13 @@ public:
 private:
     CpuExecutor(const Model& m, int64_t max_tokens);
     Status alloc_scratch();
-    void layer(int il, int64_t n, CpuMemoryStorage& kv, const SequenceMemory& mem, ThreadPool& pool);
-    void hybrid_layer(int il, int64_t n, CpuMemoryStorage& st, const SequenceMemory& mem, ThreadPool& pool);
+    // Layer il by its kinds over rows 0..n-1 of x_.
+    void layer(int il, int64_t n, CpuMemoryStorage& st, const SequenceMemory& mem, ThreadPool& pool);
+    // Mixer::kAttention: xn_ -> q/k/v (+bias, q/k norm, rope) -> paged attention -> o_proj -> proj_.
+    void attention(int il, const AttentionWeights& W, int64_t n, CpuMemoryStorage& kv,
+                   const SequenceMemory& mem, ThreadPool& pool);
+    // Ffn::kSwiglu: xn_ -> down(silu(gate) * up) (+biases) -> proj_.
+    void swiglu_ffn(int il, const SwigluWeights& W, int64_t n, ThreadPool& pool);
     // This step's K/V rows k_ / v_ into attention layer `slot`'s pages, then paged attention of q -> out.
     void paged_attention(int slot, const float* q, float* out, CpuMemoryStorage& kv,
                          const SequenceMemory& mem, ThreadPool& pool);
@@ -74,12 +79,11 @@ private:
     int64_t max_tokens_;
     TapFn tap_;
     int64_t tap_pos0_ = 0;
-    bool hybrid_ = false;
-    std::vector<int> kv_slot_;   // [n_layer] attention layer -> its KV pool, else -1
-    std::vector<int> rec_slot_;  // [n_layer] DeltaNet layer -> its recurrent state, else -1
-    std::unique_ptr<HybridBlocks> blocks_;
-    std::vector<SeqRun> runs_;       // [<= max_tokens] this step's sequences (capacity reserved)
-    std::vector<int32_t> n_states_;  // [<= max_tokens] state entries each run leaves (recurrent)
+    std::vector<int> kv_slot_;              // [n_layer] attention layer -> its KV pool, else -1
+    std::vector<int> rec_slot_;             // [n_layer] DeltaNet layer -> its recurrent state, else -1
+    std::unique_ptr<HybridBlocks> blocks_;  // when a layer is gated attention, DeltaNet or MoE
+    std::vector<SeqRun> runs_;              // [<= max_tokens] this step's sequences (capacity reserved)
+    std::vector<int32_t> n_states_;         // [<= max_tokens] state entries each run leaves (recurrent)
     std::vector<PagedSeq> attn_seqs_;
 
     // Scratch, all [max_tokens, width] fp32 unless noted (carved from one buffer).

@@ -1,8 +1,8 @@
-// The shared transformer block over a batch of rows from many sequences (one implementation for
-// every Llama-family architecture): RMSNorm -> GQA attention with rope over each sequence's KV
-// pages -> residual -> RMSNorm -> SwiGLU MLP -> residual. Variants come from the weights present
-// (biases, q/k norms) and the hyper-parameters (rope layout and frequencies, sliding window,
-// granite multipliers).
+// One layer over a batch of rows from many sequences, by its kinds (model/layer_kind.h): RMSNorm ->
+// mixer (attention with rope over each sequence's KV pages, gated attention, or Gated DeltaNet over
+// each sequence's recurrent state) -> residual -> RMSNorm -> FFN (SwiGLU or MoE) -> residual. Variants
+// come from the weights present (biases, q/k norms) and the hyper-parameters (norm style, rope layout
+// and frequencies, sliding window, granite multipliers).
 #include <algorithm>
 #include <cstring>
 
@@ -67,7 +67,7 @@ void CpuExecutor::paged_attention(int slot, const float* q, float* out, CpuMemor
 }
 
 void CpuExecutor::deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemory& mem, ThreadPool& pool) {
-    const DeltaNetWeights& W = model_.hybrid_weights()->layers[static_cast<size_t>(il)].linear;
+    const DeltaNetWeights& W = model_.weights().layers[static_cast<size_t>(il)].linear;
     const int r = rec_slot_[static_cast<size_t>(il)];
     const CpuMemoryShape& sh = st.shape();
     const size_t entry_bytes = static_cast<size_t>(sh.conv_floats + sh.ssm_floats) * sizeof(float);
@@ -94,55 +94,58 @@ void CpuExecutor::deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemo
     }
 }
 
-void CpuExecutor::hybrid_layer(int il, int64_t n, CpuMemoryStorage& st, const SequenceMemory& mem,
-                               ThreadPool& pool) {
-    const HybridLayerWeights& L = model_.hybrid_weights()->layers[static_cast<size_t>(il)];
+void CpuExecutor::layer(int il, int64_t n, CpuMemoryStorage& st, const SequenceMemory& mem,
+                        ThreadPool& pool) {
+    const LayerWeights& L = model_.weights().layers[static_cast<size_t>(il)];
     const int64_t e = hp_.n_embd;
-    rms_norm(x_, L.attn_norm, xn_, n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
+    rms_norm(x_, L.attn_norm, xn_, n, e, hp_.rms_eps, hp_.norm_weight, &pool);
     tap("attn_norm", il, n, e, xn_);
-    if (L.full_attention) {
-        blocks_->attention_project(L.attn, xn_, n, cos_, sin_, k_, v_, pool);
-        paged_attention(kv_slot_[static_cast<size_t>(il)], blocks_->q(), blocks_->attn(), st, mem, pool);
-        blocks_->attention_finish(L.attn, n, proj_, pool);
-    } else {
-        blocks_->deltanet_project(L.linear, xn_, n, pool);
-        deltanet_runs(il, st, mem, pool);
-        blocks_->deltanet_finish(L.linear, n, proj_, pool);
+    switch (L.kind.mixer) {
+        case Mixer::kAttention:
+            attention(il, L.attn, n, st, mem, pool);
+            break;
+        case Mixer::kGatedAttention:
+            blocks_->attention_project(L.attn, xn_, n, cos_, sin_, k_, v_, pool);
+            paged_attention(kv_slot_[static_cast<size_t>(il)], blocks_->q(), blocks_->attn(), st, mem, pool);
+            blocks_->attention_finish(L.attn, n, proj_, pool);
+            break;
+        case Mixer::kDeltaNet:
+            blocks_->deltanet_project(L.linear, xn_, n, pool);
+            deltanet_runs(il, st, mem, pool);
+            blocks_->deltanet_finish(L.linear, n, proj_, pool);
+            break;
     }
     tap("attn_out", il, n, e, proj_);
-    add(x_, proj_, x_, n * e);
-    rms_norm(x_, L.ffn_norm, xn_, n, e, hp_.rms_eps, NormWeight::kOnePlus, &pool);
-    if (hp_.hybrid->moe)
+    residual_add(pool, x_, proj_, hp_.residual_scale, n, e);
+    tap("ffn_inp", il, n, e, x_);
+
+    rms_norm(x_, L.ffn_norm, xn_, n, e, hp_.rms_eps, hp_.norm_weight, &pool);
+    tap("ffn_norm", il, n, e, xn_);
+    if (L.kind.ffn == Ffn::kMoe)
         blocks_->moe(L.moe, xn_, n, proj_, pool);
     else
-        blocks_->mlp(L.mlp, xn_, n, proj_, pool);
+        swiglu_ffn(il, L.mlp, n, pool);
     tap("ffn_out", il, n, e, proj_);
-    add(x_, proj_, x_, n * e);
+    residual_add(pool, x_, proj_, hp_.residual_scale, n, e);
     tap("l_out", il, n, e, x_);
 }
 
-void CpuExecutor::layer(int il, int64_t n, CpuMemoryStorage& kv, const SequenceMemory& mem,
-                        ThreadPool& pool) {
-    const LayerWeights& L = model_.weights().layers[static_cast<size_t>(il)];
-    const int64_t e = hp_.n_embd, qd = hp_.q_dim(), kvd = hp_.kv_dim(), ff = hp_.n_ff;
+void CpuExecutor::attention(int il, const AttentionWeights& W, int64_t n, CpuMemoryStorage& kv,
+                            const SequenceMemory& mem, ThreadPool& pool) {
+    const int64_t e = hp_.n_embd, qd = hp_.q_dim(), kvd = hp_.kv_dim();
     const int hd = static_cast<int>(hp_.head_dim), nh = static_cast<int>(hp_.n_head);
     const int nkv = static_cast<int>(hp_.n_head_kv), n_rot = static_cast<int>(hp_.rope_dim);
-    std::span<std::byte> mm = mm_scratch_;
-
-    // ---- attention ----
-    rms_norm(x_, L.attn_norm, xn_, n, e, hp_.rms_eps, NormWeight::kPlain, &pool);
-    tap("attn_norm", il, n, e, xn_);
     {  // one pass: the activations are quantized once, one thread barrier instead of three
-        const Weight* ws[3] = {&L.wq, &L.wk, &L.wv};
+        const Weight* ws[3] = {&W.wq, &W.wk, &W.wv};
         float* ys[3] = {q_, k_, v_};
-        matmul_multi(ws, xn_, n, ys, mm, pool);
+        matmul_multi(ws, xn_, n, ys, mm_scratch_, pool);
     }
-    if (L.bq) add_bias(q_, L.bq, n, qd);
-    if (L.bk) add_bias(k_, L.bk, n, kvd);
-    if (L.bv) add_bias(v_, L.bv, n, kvd);
-    if (L.q_norm) {  // per-head RMSNorm over head_dim (qwen3)
-        rms_norm(q_, L.q_norm, q_, n * nh, hd, hp_.rms_eps, NormWeight::kPlain, &pool);
-        rms_norm(k_, L.k_norm, k_, n * nkv, hd, hp_.rms_eps, NormWeight::kPlain, &pool);
+    if (W.bq) add_bias(q_, W.bq, n, qd);
+    if (W.bk) add_bias(k_, W.bk, n, kvd);
+    if (W.bv) add_bias(v_, W.bv, n, kvd);
+    if (W.q_norm) {  // per-head RMSNorm over head_dim (qwen3)
+        rms_norm(q_, W.q_norm, q_, n * nh, hd, hp_.rms_eps, NormWeight::kPlain, &pool);
+        rms_norm(k_, W.k_norm, k_, n * nkv, hd, hp_.rms_eps, NormWeight::kPlain, &pool);
     }
     const int64_t half = n_rot / 2;
     over_rows(pool, n, qd + kvd, [&](int64_t t0, int64_t nt) {
@@ -158,31 +161,25 @@ void CpuExecutor::layer(int il, int64_t n, CpuMemoryStorage& kv, const SequenceM
     paged_attention(kv_slot_[static_cast<size_t>(il)], q_, attn_, kv, mem, pool);
     tap("attn", il, n, qd, attn_);
 
-    matmul(L.wo, attn_, n, proj_, mm, pool);
-    if (L.bo) add_bias(proj_, L.bo, n, e);
-    tap("attn_out", il, n, e, proj_);
-    residual_add(pool, x_, proj_, hp_.residual_scale, n, e);
-    tap("ffn_inp", il, n, e, x_);
+    matmul(W.wo, attn_, n, proj_, mm_scratch_, pool);
+    if (W.bo) add_bias(proj_, W.bo, n, e);
+}
 
-    // ---- SwiGLU MLP ----
-    rms_norm(x_, L.ffn_norm, xn_, n, e, hp_.rms_eps, NormWeight::kPlain, &pool);
-    tap("ffn_norm", il, n, e, xn_);
+void CpuExecutor::swiglu_ffn(int il, const SwigluWeights& W, int64_t n, ThreadPool& pool) {
+    const int64_t e = hp_.n_embd, ff = hp_.n_ff;
     {
-        const Weight* ws[2] = {&L.w_gate, &L.w_up};
+        const Weight* ws[2] = {&W.gate, &W.up};
         float* ys[2] = {gate_, up_};
-        matmul_multi(ws, xn_, n, ys, mm, pool);
+        matmul_multi(ws, xn_, n, ys, mm_scratch_, pool);
     }
-    if (L.b_gate) add_bias(gate_, L.b_gate, n, ff);
-    if (L.b_up) add_bias(up_, L.b_up, n, ff);
+    if (W.b_gate) add_bias(gate_, W.b_gate, n, ff);
+    if (W.b_up) add_bias(up_, W.b_up, n, ff);
     over_rows(pool, n, ff, [&](int64_t r0, int64_t nr) {
         swiglu(gate_ + r0 * ff, up_ + r0 * ff, gate_ + r0 * ff, nr * ff);
     });
     tap("ffn_act", il, n, ff, gate_);
-    matmul(L.w_down, gate_, n, proj_, mm, pool);
-    if (L.b_down) add_bias(proj_, L.b_down, n, e);
-    tap("ffn_out", il, n, e, proj_);
-    residual_add(pool, x_, proj_, hp_.residual_scale, n, e);
-    tap("l_out", il, n, e, x_);
+    matmul(W.down, gate_, n, proj_, mm_scratch_, pool);
+    if (W.b_down) add_bias(proj_, W.b_down, n, e);
 }
 
 }  // namespace pelican::cpu

@@ -11,20 +11,20 @@
 
 namespace pelican::cpu {
 
-HybridBlocks::HybridBlocks(const ModelHParams& hp, int64_t max_rows) : hp_(hp), hy_(*hp.hybrid) {
+HybridBlocks::HybridBlocks(const ModelHParams& hp, int64_t max_rows) : hp_(hp) {
     const auto B = static_cast<size_t>(max_rows);
     const auto e = static_cast<size_t>(hp.n_embd), q = static_cast<size_t>(hp.q_dim());
-    const DeltaNetShape& s = hy_.linear;
+    const DeltaNetShape& s = hp_.deltanet.linear;
     const auto cd = static_cast<size_t>(s.conv_dim()), kd = static_cast<size_t>(s.key_dim()),
                vd = static_cast<size_t>(s.value_dim()), nv = static_cast<size_t>(s.n_v_heads);
-    const auto ff = static_cast<size_t>(std::max({hp.n_ff, hy_.n_ff_shared, hy_.n_ff_expert}));
-    const auto k = static_cast<size_t>(std::max(hy_.n_expert_used, 1));
+    const auto ff = static_cast<size_t>(std::max({hp.n_ff, hp_.moe.n_ff_shared, hp_.moe.n_ff_expert}));
+    const auto k = static_cast<size_t>(std::max(hp_.moe.n_expert_used, 1));
     q_.resize(B * q), gate_.resize(B * q), attn_.resize(B * q), qg_.resize(2 * B * q);
     qkv_.resize(B * cd), conv_out_.resize(B * cd), z_.resize(B * vd);
     lq_.resize(B * kd), lk_.resize(B * kd), lv_.resize(B * vd), core_.resize(B * vd);
     a_.resize(B * nv), b_.resize(B * nv), g_.resize(B * nv), beta_.resize(B * nv);
     ff_a_.resize(B * ff), ff_b_.resize(B * ff);
-    router_.resize(B * static_cast<size_t>(std::max(hy_.n_expert, 1))), route_w_.resize(B * k);
+    router_.resize(B * static_cast<size_t>(std::max(hp_.moe.n_expert, 1))), route_w_.resize(B * k);
     route_id_.resize(B * k);
     sel_tok_.resize(B), sel_w_.resize(B), gather_.resize(B * e), sh_gate_.resize(B);
     expert_out_.resize(B * e);
@@ -38,10 +38,10 @@ void HybridBlocks::deltanet_project(const DeltaNetWeights& W, const float* xn, i
 
 void HybridBlocks::deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t n, float* conv_state,
                                  float* ssm_state, bool chunked, ThreadPool& pool, const float* ssm_in) {
-    const DeltaNetShape& s = hy_.linear;
+    const DeltaNetShape& s = hp_.deltanet.linear;
     const int64_t cd = s.conv_dim(), kd = s.key_dim(), vd = s.value_dim(), nv = s.n_v_heads;
     float* co = conv_out_.data() + row0 * cd;
-    causal_conv1d_silu(qkv_.data() + row0 * cd, n, cd, hy_.conv_kernel, W.conv, conv_state, co);
+    causal_conv1d_silu(qkv_.data() + row0 * cd, n, cd, hp_.deltanet.conv_kernel, W.conv, conv_state, co);
     float* q = lq_.data() + row0 * kd;
     float* k = lk_.data() + row0 * kd;
     float* v = lv_.data() + row0 * vd;
@@ -63,14 +63,13 @@ void HybridBlocks::deltanet_core(const DeltaNetWeights& W, int64_t row0, int64_t
 }
 
 void HybridBlocks::deltanet_finish(const DeltaNetWeights& W, int64_t n, float* out, ThreadPool& pool) {
-    const DeltaNetShape& s = hy_.linear;
+    const DeltaNetShape& s = hp_.deltanet.linear;
     rms_norm_gated(core_.data(), z_.data(), W.norm, core_.data(), n * s.n_v_heads, s.d_v, hp_.rms_eps);
     matmul(W.out, core_.data(), n, out, pool);
 }
 
-void HybridBlocks::attention_project(const GatedAttentionWeights& W, const float* xn, int64_t n,
-                                     const float* cos, const float* sin, float* k, float* v,
-                                     ThreadPool& pool) {
+void HybridBlocks::attention_project(const AttentionWeights& W, const float* xn, int64_t n, const float* cos,
+                                     const float* sin, float* k, float* v, ThreadPool& pool) {
     const int hd = static_cast<int>(hp_.head_dim), nh = static_cast<int>(hp_.n_head);
     const int nkv = static_cast<int>(hp_.n_head_kv), n_rot = static_cast<int>(hp_.rope_dim);
     const int64_t qd = hp_.q_dim(), kvd = hp_.kv_dim();
@@ -84,7 +83,7 @@ void HybridBlocks::attention_project(const GatedAttentionWeights& W, const float
     rope(k, n, nkv, hd, kvd, n_rot, cos, sin, RopeLayout::kNeox);
 }
 
-void HybridBlocks::attention_finish(const GatedAttentionWeights& W, int64_t n, float* out, ThreadPool& pool) {
+void HybridBlocks::attention_finish(const AttentionWeights& W, int64_t n, float* out, ThreadPool& pool) {
     sigmoid_mul(attn_.data(), gate_.data(), n * hp_.q_dim());
     matmul(W.wo, attn_.data(), n, out, pool);
 }
@@ -108,7 +107,7 @@ void HybridBlocks::mlp(const SwigluWeights& W, const float* xn, int64_t n, float
 
 void HybridBlocks::moe(const MoeWeights& W, const float* xn, int64_t n, float* out, ThreadPool& pool) {
     const int64_t e = hp_.n_embd;
-    const int E = hy_.n_expert, k = hy_.n_expert_used;
+    const int E = hp_.moe.n_expert, k = hp_.moe.n_expert_used;
     matmul(W.router, xn, n, router_.data(), pool);
     ref::moe_route(router_.data(), n, E, k, /*renormalize=*/true, route_id_.data(), route_w_.data());
 

@@ -11,7 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "model/hparams.h"
-#include "model/hybrid_weights.h"
+#include "model/weights.h"
 
 namespace pelican::cpu {
 
@@ -34,12 +34,12 @@ public:
     // ---- gated attention: project (all rows) -> the caller's attention -> finish ----
     // q (normed, roped) -> q(); k, v (k normed and roped) -> k_out / v_out [n, kv_dim]; the sigmoid
     // gate is kept. cos / sin [n, rope_dim/2].
-    void attention_project(const GatedAttentionWeights& W, const float* xn, int64_t n, const float* cos,
+    void attention_project(const AttentionWeights& W, const float* xn, int64_t n, const float* cos,
                            const float* sin, float* k_out, float* v_out, ThreadPool& pool);
     float* q() { return q_.data(); }        // [n, q_dim]
     float* attn() { return attn_.data(); }  // [n, q_dim]: the caller's attention output goes here
     // attn() * sigmoid(gate) -> o_proj -> out [n, n_embd].
-    void attention_finish(const GatedAttentionWeights& W, int64_t n, float* out, ThreadPool& pool);
+    void attention_finish(const AttentionWeights& W, int64_t n, float* out, ThreadPool& pool);
 
     // ---- FFN ----
     void mlp(const SwigluWeights& W, const float* xn, int64_t n, float* out, ThreadPool& pool);
@@ -47,7 +47,6 @@ public:
 
 private:
     const ModelHParams& hp_;
-    const HybridHParams& hy_;
     std::vector<float> q_, gate_, attn_, qg_;      // [.., q_dim] (qg_: 2 q_dim)
     std::vector<float> qkv_, conv_out_, z_;        // [.., conv_dim], [.., conv_dim], [.., value_dim]
     std::vector<float> lq_, lk_, lv_, core_;       // [.., key_dim] x2, [.., value_dim] x2

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_hybrid_forward.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/gpu_model.h"
+#include "model/model.h"
 #include "runtime/device_backend.h"
 
 namespace pelican::cuda {
@@ -44,7 +45,9 @@ public:
                                                           const ForwardOptions& opt) override {
         auto gm = std::dynamic_pointer_cast<const GpuModel>(w);
         if (!gm) return make_error("CUDA forward pass: the weights were uploaded by another backend");
-        if (gm->hybrid()) {
+        // The Llama-family pass when every layer is {attention, SwiGLU} with plain norms, else the pass of
+        // the gated attention / Gated DeltaNet stack.
+        if (!gm->model().hparams().uniform_attention()) {
             PELICAN_ASSIGN(std::unique_ptr<CudaHybridForward> h, CudaHybridForward::create(gm, opt));
             return std::unique_ptr<ForwardPass>(std::move(h));
         }

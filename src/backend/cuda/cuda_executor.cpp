@@ -19,7 +19,6 @@
 #include "backend/cuda/qmatmul.h"
 #include "backend/cuda/sampling_batch.h"
 #include "core/format_bytes.h"
-#include "model/hybrid_hparams.h"
 #include "model/model.h"
 
 namespace pelican::cuda {
@@ -50,10 +49,11 @@ Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::create(std::shared_ptr<con
         return make_error("batch size must be in 1 .. {}, got {}", INT32_MAX, opt.max_batch_tokens);
     if (opt.max_seqs <= 0) return make_error("CUDA executor: {} sequences", opt.max_seqs);
     // The DeltaNet kernels take a step's rows and sequences as a grid dimension (at most 65535).
-    if (weights->hybrid() && (opt.max_batch_tokens > 65535 || opt.max_seqs > 65535))
+    if (weights->model().hparams().has(Mixer::kDeltaNet) &&
+        (opt.max_batch_tokens > 65535 || opt.max_seqs > 65535))
         return make_error(
-            "CUDA executor: a hybrid model takes at most 65535 rows and sequences per step (asked "
-            "for {} rows, {} sequences)",
+            "CUDA executor: a model with Gated DeltaNet layers takes at most 65535 rows and sequences per "
+            "step (asked for {} rows, {} sequences)",
             opt.max_batch_tokens, opt.max_seqs);
     if (opt.max_seq_tokens <= 0 || opt.max_seq_tokens > INT32_MAX)
         return make_error("context size must be in 1 .. {}, got {}", INT32_MAX, opt.max_seq_tokens);
@@ -86,55 +86,55 @@ Status CudaExecutor::init() {
             for (const GpuPart& p : parts) split_w = std::max(split_w, p.m.n_out);
     };
     int64_t max_in = std::max(E, Q), max_out = std::max(E, V);
-    const GpuMatrix* probe = nullptr;  // a layer matrix: quantized models take qmatmul above kQuantGemvRows
-    hybrid_ = gm_->hybrid();
-    if (hybrid_) {
-        const HybridHParams& hy = *hp_.hybrid;
-        const DeltaNetShape& ls = hy.linear;
-        w_dn_ = ls.conv_dim() + ls.value_dim() + 2 * int64_t{ls.n_v_heads};
-        w_at_ = 2 * Q + 2 * KV;
-        qkv_w_ = std::max(w_dn_, w_at_);
-        ff_ = std::max<int64_t>(hp_.n_ff, hy.n_ff_shared);
-        int n_kv = 0, n_rec = 0;
-        for (int il = 0; il < hp_.n_layer; ++il) {
-            const GpuHybridLayer& l = gm_->hybrid_layer(il);
-            kv_slot_.push_back(l.full_attention ? n_kv++ : -1);
-            rec_slot_.push_back(l.full_attention ? -1 : n_rec++);
-            if (l.full_attention) {
-                fit_parts(l.attn.qkvg);
+    // A layer matrix: quantized models take qmatmul above kQuantGemvRows. The last layer's SwiGLU down, or
+    // its mixer's output projection when its FFN is MoE (the routed experts take their own kernels).
+    const GpuMatrix* probe = nullptr;
+    recurrent_ = hp_.has(Mixer::kDeltaNet);
+    norm_one_plus_ = hp_.norm_weight == NormWeight::kOnePlus;
+    const bool moe = hp_.has(Ffn::kMoe);
+    const DeltaNetShape& ls = hp_.deltanet.linear;
+    w_dn_ = recurrent_ ? ls.conv_dim() + ls.value_dim() + 2 * int64_t{ls.n_v_heads} : 0;
+    ff_ = std::max<int64_t>(hp_.n_ff, moe ? hp_.moe.n_ff_shared : 0);
+    int n_kv = 0, n_rec = 0;
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const GpuLayer& l = gm_->layer(il);
+        const LayerKind& k = hp_.layer[static_cast<size_t>(il)];
+        kv_slot_.push_back(uses_kv(k.mixer) ? n_kv++ : -1);
+        rec_slot_.push_back(k.mixer == Mixer::kDeltaNet ? n_rec++ : -1);
+        switch (k.mixer) {
+            case Mixer::kAttention:
+            case Mixer::kGatedAttention:
+                qkv_w_ = std::max(qkv_w_, Q + 2 * KV + (k.mixer == Mixer::kGatedAttention ? Q : 0));
+                fit_parts(l.attn.qkv);
                 fit(l.attn.wo);
                 probe = &l.attn.wo;
-            } else {
+                break;
+            case Mixer::kDeltaNet:
+                qkv_w_ = std::max(qkv_w_, w_dn_);
                 fit_parts(l.linear.in_proj);
                 fit(l.linear.out);
                 probe = &l.linear.out;
-            }
-            if (hy.moe) {
+                break;
+        }
+        switch (k.ffn) {
+            case Ffn::kSwiglu:
+                fit_parts(l.mlp.gate_up);
+                fit(l.mlp.down);
+                probe = &l.mlp.down;
+                break;
+            case Ffn::kMoe:
                 fit_parts(l.moe.router);
                 fit_parts(l.moe.shared_gate_up);
                 if (!l.moe.shared_in_experts) fit(l.moe.shared_down);
-            } else {
-                fit_parts(l.mlp.gate_up);
-                fit(l.mlp.down);
-            }
+                break;
         }
-        max_in = std::max({max_in, ls.value_dim(), ff_, int64_t{hy.n_ff_expert}});
-        max_out = std::max({max_out, qkv_w_, 2 * ff_, int64_t{hy.n_expert} + 1});
-    } else {
-        qkv_w_ = Q + 2 * KV;
-        ff_ = hp_.n_ff;
-        for (int il = 0; il < hp_.n_layer; ++il) {
-            const GpuLayer& l = gm_->layer(il);
-            kv_slot_.push_back(il);
-            rec_slot_.push_back(-1);
-            fit_parts(l.qkv);
-            fit_parts(l.gate_up);
-            fit(l.wo);
-            fit(l.down);
-            probe = &l.down;
-        }
-        max_in = std::max(max_in, ff_);
-        max_out = std::max({max_out, qkv_w_, 2 * ff_});
+    }
+    max_in = std::max(max_in, ff_);
+    max_out = std::max({max_out, qkv_w_, 2 * ff_});
+    if (recurrent_) max_in = std::max(max_in, ls.value_dim());
+    if (moe) {
+        max_in = std::max(max_in, hp_.moe.n_ff_expert);
+        max_out = std::max(max_out, int64_t{hp_.moe.n_expert} + 1);
     }
     fit(gm_->output());
     gemv_rows_ = std::max(gemv_rows_, 1);
@@ -146,8 +146,7 @@ Status CudaExecutor::init() {
     layer_shape_.n_rec_layers =
         std::count_if(rec_slot_.begin(), rec_slot_.end(), [](int r) { return r >= 0; });
     if (layer_shape_.n_rec_layers > 0) {
-        const DeltaNetShape& ls = hp_.hybrid->linear;
-        layer_shape_.conv_floats = int64_t{hp_.hybrid->conv_kernel - 1} * ls.conv_dim();
+        layer_shape_.conv_floats = int64_t{hp_.deltanet.conv_kernel - 1} * ls.conv_dim();
         layer_shape_.ssm_floats = ls.state_floats();
     }
     // Quantized layers: the GEMV's time grows with its rows (8B Q4_0 decode steps on the H200: 2.2, 3.0,
@@ -172,25 +171,24 @@ Status CudaExecutor::init() {
     want(attn_ws_, attn_ws_bytes_), want(qmm_ws_, qmm_ws_bytes_);
     if (hp_.rope_dim > 0 && gm_->inv_freq())
         want(rope_table_, static_cast<size_t>(max_seq_tokens_) * static_cast<size_t>(hp_.rope_dim) * f);
-    if (hybrid_) {
-        const HybridHParams& hy = *hp_.hybrid;
-        const DeltaNetShape& ls = hy.linear;
-        want(conv_, T * ls.conv_dim() * f), want(core_, T * ls.value_dim() * f);
-        if (hy.moe) {
-            const bool stacked = gm_->hybrid_layer(0).moe.shared_in_experts;
-            const auto ko = static_cast<size_t>(hy.n_expert_used + (stacked ? 1 : 0));
-            const auto ffe = static_cast<size_t>(hy.n_ff_expert);
-            const int groups = moe_group_max_groups(static_cast<int>(T * ko), hy.n_expert + 1);
-            const auto gr = static_cast<size_t>(groups) * kMoeGroupRows;
-            want(router_, T * static_cast<size_t>(hy.n_expert + 1) * f);
-            want(eids_, T * ko * 4), want(ewts_, T * ko * f);
-            want(eact_, T * ko * ffe * f), want(eout_, T * ko * E * f), want(sout_, T * E * f);
-            want(group_expert_, static_cast<size_t>(groups) * 4), want(slot_row_, T * ko * 4);
-            want(row_slot_, gr * 4), want(xg_, gr * E * f), want(eactg_, gr * ffe * f),
-                want(eoutg_, gr * E * f);
-        }
-        want(dn_ws_, deltanet_chunk_scratch_bytes(max_tokens_, ls.n_v_heads, ls.d_k));
+    if (recurrent_) want(conv_, T * ls.conv_dim() * f), want(core_, T * ls.value_dim() * f);
+    if (moe) {
+        const MoeHParams& mh = hp_.moe;
+        bool stacked = false;  // some layer runs its shared expert as slot k
+        for (int il = 0; il < hp_.n_layer; ++il)
+            stacked = stacked || (hp_.layer[static_cast<size_t>(il)].ffn == Ffn::kMoe &&
+                                  gm_->layer(il).moe.shared_in_experts);
+        const auto ko = static_cast<size_t>(mh.n_expert_used + (stacked ? 1 : 0));
+        const auto ffe = static_cast<size_t>(mh.n_ff_expert);
+        const int groups = moe_group_max_groups(static_cast<int>(T * ko), mh.n_expert + 1);
+        const auto gr = static_cast<size_t>(groups) * kMoeGroupRows;
+        want(router_, T * static_cast<size_t>(mh.n_expert + 1) * f);
+        want(eids_, T * ko * 4), want(ewts_, T * ko * f);
+        want(eact_, T * ko * ffe * f), want(eout_, T * ko * E * f), want(sout_, T * E * f);
+        want(group_expert_, static_cast<size_t>(groups) * 4), want(slot_row_, T * ko * 4);
+        want(row_slot_, gr * 4), want(xg_, gr * E * f), want(eactg_, gr * ffe * f), want(eoutg_, gr * E * f);
     }
+    if (recurrent_) want(dn_ws_, deltanet_chunk_scratch_bytes(max_tokens_, ls.n_v_heads, ls.d_k));
     scratch_ = DeviceBuffer(c.total());
     if (!scratch_.ok())
         return make_error("GPU scratch for {} tokens per step ({}) does not fit in GPU memory ({})",
@@ -319,7 +317,7 @@ void CudaExecutor::stage(const Batch& b, const SequenceMemory& mem, int64_t tabl
         }
     }
     std::copy(b.out_rows.begin(), b.out_rows.end(), out_rows);
-    if (hybrid_) plan_states(mem, h + 8 * T, h + 5 * T, h + 6 * T, h + 7 * T);
+    if (recurrent_) plan_states(mem, h + 8 * T, h + 5 * T, h + 6 * T, h + 7 * T);
     // One copy: the [T] arrays, then the tables the step uses.
     const size_t bytes =
         (kIoArrays * T + 1 + runs_.size() * static_cast<size_t>(table_stride)) * sizeof(int32_t);
@@ -367,7 +365,7 @@ Status CudaExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs
     stage(b, mem, table_stride);
     if (graphed)
         launch_graphed(GraphKey{st->id(), n, n_out, max_kv, fused_head_,
-                                hybrid_ ? static_cast<int64_t>(runs_.size()) : 0},
+                                recurrent_ ? static_cast<int64_t>(runs_.size()) : 0},
                        *st, table_stride);
     else
         forward(n, n_out, *st, table_stride, max_kv);
@@ -386,7 +384,7 @@ Status CudaExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs
     if (!out.sample.empty())
         std::copy_n(static_cast<const int32_t*>(tokens_pin_.p), out.tokens.size(), out.tokens.begin());
     for (size_t i = 0; i < runs_.size(); ++i)
-        mem.commit(runs_[i].seq, runs_[i].pos0 + runs_[i].n, hybrid_ ? n_states_[i] : 1);
+        mem.commit(runs_[i].seq, runs_[i].pos0 + runs_[i].n, recurrent_ ? n_states_[i] : 1);
     return {};
 }
 

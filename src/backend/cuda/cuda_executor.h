@@ -1,27 +1,30 @@
 // The CUDA Executor (runtime/executor.h) on one GPU: a step runs rows of many sequences at once, every
 // matmul over all rows (one read of the weights per step), K/V rows scattered into the sequences' pages
-// (cuda_memory.h) and attention read through their block tables (attention_paged.h). Blocks, per layer,
-// as the CPU executor's:
+// (cuda_memory.h) and attention read through their block tables (attention_paged.h). Each layer runs by
+// its kinds (hp.layer[il], model/layer_kind.h), as the CPU executor's:
 //
-//   dense Llama family:
 //   x = embd[tokens] * embd_scale
-//   h = rms_norm(x) -> q | k | v (+bias) -> [q/k norm] -> rope -> K/V rows into pages
-//   x += residual_scale * o_proj(paged attention(q))
-//   x += residual_scale * down(silu(gate(rms_norm(x))) * up(rms_norm(x)))
+//   per layer (RMSNorms of weight w, or 1 + w when hp.norm_weight is kOnePlus):
+//   h = rms_norm(x) -> mixer -> x += residual_scale * mixer out
+//   h = rms_norm(x) -> FFN -> x += residual_scale * FFN out (MoE: x += FFN out)
 //   logits[out_rows] = output(rms_norm(x[out_rows])) * logit_scale
 //
-//   hybrid Qwen3.5 (cuda_executor_hybrid.cpp; norms zero-centred, 1 + w):
+//   mixers (cuda_executor_layers.cpp: attention; cuda_executor_hybrid.cpp: Gated DeltaNet):
+//   attention: q | k | v (+bias) -> [q/k norm] -> rope -> K/V rows into pages -> paged attention ->
+//     o_proj (+bias)
+//   gated attention: the same with [q | k | v | gate] and the attention output
+//     * sigmoid(gate) before o_proj
 //   Gated DeltaNet: in_proj [Q|K|V | z | b | a] -> conv1d_silu_runs (each sequence's conv state from
 //     its memory entry) -> deltanet_step in runs mode (one launch for every sequence's rows; the state
 //     after each of a short run's tokens into the ring's entries, so truncate within the checkpoints
 //     is exact) or, for a prompt run beyond the checkpoints and of kDnChunkRows+ rows, deltanet_chunked on
-//     that sequence alone (its state after the run only) -> out_proj + residual
-//   gated attention: [q | k | v | gate] -> q/k norms, partial NeoX rope, K/V into pages -> paged
-//     attention -> * sigmoid(gate) -> o_proj + residual
-//   MoE: router -> top-k (renormalised) -> routed experts (+ the shared expert, a stacked slot or its
-//     own SwiGLU weighted by sigmoid(gate)): expert-slot GEMVs for GEMV steps, else the slots grouped
-//     by expert across the whole step (each chosen expert's weights read once per group of 8 rows)
-//   dense MLP (qwen35): SwiGLU
+//     that sequence alone (its state after the run only) -> out_proj
+//   FFNs:
+//   SwiGLU: down(silu(gate(h)) * up(h)) (+biases)
+//   MoE (cuda_executor_hybrid.cpp): router -> top-k (renormalised) -> routed experts (+ the shared
+//     expert, a stacked slot or its own SwiGLU weighted by sigmoid(gate)): expert-slot GEMVs for GEMV
+//     steps, else the slots grouped by expert across the whole step (each chosen expert's weights read
+//     once per group of 8 rows); x += the weighted sum
 //
 // Matmuls: a step of at most gemv_rows() rows takes the GEMV with the norm prologue and the bias /
 // residual / SwiGLU epilogues fused (gemv.h: weights streamed once for all rows); a larger step runs
@@ -78,7 +81,8 @@ public:
     // form (its state after the run only); every other run the token-by-token kernel, keeping each
     // token's state when the run is within the checkpoints (as the CPU executor), else the last one.
     static constexpr int64_t kDnChunkRows = 32;
-    // Errors: bad sizes (hybrid models: at most 65535 rows per step), out of GPU memory.
+    // Errors: bad sizes (models with Gated DeltaNet layers: at most 65535 rows and sequences per step),
+    // out of GPU memory.
     static Expected<std::unique_ptr<CudaExecutor>> create(std::shared_ptr<const GpuModel> weights,
                                                           const CudaExecutorOptions& opt);
     ~CudaExecutor() override;
@@ -109,21 +113,28 @@ public:
 private:
     CudaExecutor(std::shared_ptr<const GpuModel> gm, const CudaExecutorOptions& opt, DType kv_type);
     Status init();
-    void hybrid_layer(int il, int64_t n, const CudaMemoryStorage& st, int64_t table_stride, int64_t max_kv);
-    void deltanet_block(const GpuHybridLayer& L, int r, int64_t n, const CudaMemoryStorage& st);
-    void gated_attention_block(const GpuHybridLayer& L, int64_t n, const KvView& kv, int64_t table_stride,
-                               int64_t max_kv);
-    void moe_block(const GpuHybridLayer& L, int64_t n);
-    // y = [gate | up] parts -> silu(gate) * up -> down of the layer input (x_ with the norm prologue
-    // in a GEMV step, else xn_), added to x_ when residual.
+    // Layer il over the step's n rows by its kinds: norm -> mixer -> residual -> norm -> FFN -> residual
+    // (a GEMM step norms into xn_ first; a GEMV step takes the norm as the projections' prologue).
+    void layer(int il, int64_t n, const CudaMemoryStorage& st, int64_t table_stride, int64_t max_kv);
+    // Mixer::kAttention / kGatedAttention: x_ += residual_scale * (o_proj(attention [* sigmoid(gate)]) +
+    // b_o).
+    void attention_block(const GpuLayer& L, int64_t n, const KvView& kv, int64_t table_stride,
+                         int64_t max_kv);
+    // Mixer::kDeltaNet over recurrent slot r: x_ += residual_scale * out_proj(DeltaNet).
+    void deltanet_block(const GpuLayer& L, int r, int64_t n, const CudaMemoryStorage& st);
+    // Ffn::kMoe: x_ += the routed experts' weighted sum (+ the gated shared expert).
+    void moe_block(const GpuLayer& L, int64_t n);
+    // y = [gate | up] parts (+ b_gate_up) -> silu(gate) * up -> down (+ b_down) of the layer input (x_ with
+    // the norm prologue in a GEMV step, else xn_); when residual, x_ += residual_scale * that instead.
     void swiglu_block(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, const float* norm,
-                      int64_t n, float* y, bool residual);
-    // y [n, width] = parts of the layer input: GEMVs of x_ with the norm prologue (n <= gemv_rows_),
-    // else matmuls of xn_ (the caller normed it).
-    void project(const std::vector<GpuPart>& parts, const float* norm, int64_t n, float* y, int64_t width);
-    // x_ += in W^T.
-    void out_residual(const GpuMatrix& w, const float* in, int64_t n);
-    // The step's recurrent bookkeeping (hybrid): per run its input entry, per row its output entry
+                      const float* b_gate_up, const float* b_down, int64_t n, float* y, bool residual);
+    // y [n, width] = parts of the layer input (+ bias [width]): GEMVs of x_ with the norm prologue
+    // (n <= gemv_rows_), else matmuls of xn_ (the caller normed it).
+    void project(const std::vector<GpuPart>& parts, const float* norm, int64_t n, float* y, int64_t width,
+                 const float* bias = nullptr);
+    // x_ += residual_scale * (in W^T + bias).
+    void out_residual(const GpuMatrix& w, const float* in, int64_t n, const float* bias = nullptr);
+    // The step's recurrent bookkeeping (recurrent_): per run its input entry, per row its output entry
     // (staged with the inputs), and the runs the chunked form serves.
     void plan_states(const SequenceMemory& mem, int32_t* run_row0, int32_t* run_conv_in, int32_t* run_rec_in,
                      int32_t* row_state_out);
@@ -131,8 +142,6 @@ private:
     void stage(const Batch& b, const SequenceMemory& mem, int64_t table_stride);
     struct GraphKey;
     void forward(int64_t n, int64_t n_out, const CudaMemoryStorage& st, int64_t table_stride, int64_t max_kv);
-    void layer_gemv(int il, int n, const KvView& kv, int64_t table_stride, int64_t max_kv);
-    void layer_gemm(int il, int64_t n, const KvView& kv, int64_t table_stride, int64_t max_kv);
     void attention(int64_t n, const KvView& kv, int64_t table_stride, int64_t max_kv, const float* q,
                    int64_t q_stride);
     void head(int64_t n_out);
@@ -152,19 +161,20 @@ private:
     const int32_t max_seqs_;
     const int64_t max_seq_tokens_;
     const DType kv_type_;
-    int64_t qkv_w_ = 0;  // q_dim + 2 * kv_dim (hybrid: max(w_dn_, w_at_))
-    int64_t ff_ = 0;
+    int64_t qkv_w_ = 0;       // the widest mixer input projection of the layers (q | k | v [| gate], in_proj)
+    int64_t ff_ = 0;          // n_ff, or the MoE shared expert's when wider
     int64_t max_blocks_ = 0;  // block-table entries of one sequence staged (smallest block size: 1)
     int gemv_rows_ = 1;
     int32_t block_tokens_ = 16;  // of the memory the current step runs on
     std::vector<SeqRun> runs_;   // [<= max_tokens] this step's sequences (capacity reserved)
     // Per layer: its KV slot (attention layers) and recurrent slot (DeltaNet layers), -1 for neither.
     std::vector<int> kv_slot_, rec_slot_;
-    bool hybrid_ = false;
+    bool recurrent_ = false;      // some layer is Gated DeltaNet: steps plan and commit recurrent states
+    bool norm_one_plus_ = false;  // hp.norm_weight is kOnePlus: every RMSNorm weight is 1 + w
     // The per-layer part of the shape of every memory this executor makes (create_memory adds the pool
     // size and the state entries); step() refuses a memory whose shape differs.
     CudaMemoryShape layer_shape_;
-    // Hybrid steps: per run the state entries the chunked form copies from / into (-1: not chunked),
+    // Recurrent steps: per run the state entries the chunked form copies from / into (-1: not chunked),
     // and how many states each run commits.
     std::vector<int32_t> chunk_in_, chunk_out_, n_states_;
     bool any_rec_run_ = false;  // some run of the step takes the token-by-token DeltaNet kernel
@@ -173,7 +183,7 @@ private:
         uint64_t memory;  // CudaMemoryStorage::id() (fixes its pages, block size and state entries)
         int64_t n, n_out, max_kv;
         bool fused_head;
-        int64_t n_runs;  // hybrid: the runs-mode DeltaNet grid (0 for dense models)
+        int64_t n_runs;  // the runs-mode DeltaNet grid (0 for models without DeltaNet layers)
         bool operator==(const GraphKey&) const = default;
     };
     static constexpr size_t kMaxGraphs = 64;
@@ -183,23 +193,24 @@ private:
     DeviceBuffer scratch_;
     float* x_ = nullptr;       // [T, n_embd] residual stream
     float* xn_ = nullptr;      // [T, n_embd] normed rows
-    float* qkv_ = nullptr;     // [T, qkv_w_] (hybrid: the mixer's input projections)
+    float* qkv_ = nullptr;     // [T, qkv_w_] the mixer's input projections
     float* attn_ = nullptr;    // [T, q_dim]
     float* proj_ = nullptr;    // [T, n_embd]
-    float* gu_ = nullptr;      // [T, 2 * ff_] (ff_: n_ff; hybrid: the widest dense / shared MLP)
+    float* gu_ = nullptr;      // [T, 2 * ff_] split gate | up
     float* act_ = nullptr;     // [T, ff_]
     float* tmp_ = nullptr;     // [T, widest split part]
     float* logits_ = nullptr;  // [T, n_vocab]
-    // Hybrid scratch (init), T = max_batch_tokens, ko = experts per token incl. a stacked shared one.
-    int64_t w_dn_ = 0, w_at_ = 0;  // in_proj / qkvg output widths (qkv_ is [T, max of them])
-    float* conv_ = nullptr;        // [T, conv_dim]
-    float* core_ = nullptr;        // [T, value_dim]
-    float* router_ = nullptr;      // [T, n_expert + 1]
-    int32_t* eids_ = nullptr;      // [T, ko] expert ids
-    float* ewts_ = nullptr;        // [T, ko] expert weights
-    float* eact_ = nullptr;        // [T * ko, n_ff_expert] (GEMV steps)
-    float* eout_ = nullptr;        // [T * ko, n_embd]
-    float* sout_ = nullptr;        // [T, n_embd] shared expert output (not stacked)
+    // DeltaNet and MoE scratch (init, when a layer has the kind), T = max_batch_tokens, ko = experts per
+    // token incl. a stacked shared one.
+    int64_t w_dn_ = 0;         // in_proj output width
+    float* conv_ = nullptr;    // [T, conv_dim]
+    float* core_ = nullptr;    // [T, value_dim]
+    float* router_ = nullptr;  // [T, n_expert + 1]
+    int32_t* eids_ = nullptr;  // [T, ko] expert ids
+    float* ewts_ = nullptr;    // [T, ko] expert weights
+    float* eact_ = nullptr;    // [T * ko, n_ff_expert] (GEMV steps)
+    float* eout_ = nullptr;    // [T * ko, n_embd]
+    float* sout_ = nullptr;    // [T, n_embd] shared expert output (not stacked)
     int32_t *group_expert_ = nullptr, *slot_row_ = nullptr, *row_slot_ = nullptr;  // moe_group_slots
     float *xg_ = nullptr, *eactg_ = nullptr, *eoutg_ = nullptr;                    // grouped rows
     void* dn_ws_ = nullptr;                                                        // deltanet_chunked scratch
@@ -212,7 +223,7 @@ private:
     float* rope_table_ = nullptr;  // [max_seq_tokens, rope_dim]
     // Device inputs of a step (one copy from pinned memory): ids, pos, slot, row_table [T] int32,
     // out_rows [T], the recurrent plan (run_row0 [T + 1], run_conv_in [T], run_rec_in [T],
-    // row_state_out [T]; hybrid models), tables [min(T, max_seqs), max_blocks_] (only the rows the
+    // row_state_out [T]; recurrent models), tables [min(T, max_seqs), max_blocks_] (only the rows the
     // step needs are copied).
     static constexpr size_t kIoArrays = 9;  // [T] arrays before the tables (run_row0's extra one aside)
     DeviceBuffer io_;

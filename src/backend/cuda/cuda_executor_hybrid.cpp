@@ -1,8 +1,8 @@
-// The hybrid Qwen3.5 blocks of CudaExecutor (cuda_executor.h) over a step's rows: Gated DeltaNet with
-// every sequence's state in its memory entries, gated attention through the pages, MoE with the shared
-// expert, the dense MLP. A step of at most gemv_rows() rows takes the GEMVs (the layer norm as their
-// prologue, the residual as their epilogue); a larger one norms once into xn_ and takes qmatmul /
-// cuBLAS, with the routed experts grouped by expert across all of the step's rows.
+// The Gated DeltaNet and MoE blocks of CudaExecutor (cuda_executor.h) over a step's rows, and the step's
+// recurrent plan: Gated DeltaNet with every sequence's state in its memory entries, MoE with the shared
+// expert. A step of at most gemv_rows() rows takes the GEMVs (the layer norm as their prologue, the
+// residual as their epilogue); a larger one is normed once into xn_ (CudaExecutor::layer) and takes
+// qmatmul / cuBLAS, with the routed experts grouped by expert across all of the step's rows.
 #include <algorithm>
 
 #include <cuda_runtime.h>
@@ -14,7 +14,6 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/layer_args.h"
 #include "backend/cuda/moe.h"
-#include "model/hybrid_hparams.h"
 #include "model/model.h"
 
 namespace pelican::cuda {
@@ -52,93 +51,8 @@ void CudaExecutor::plan_states(const SequenceMemory& mem, int32_t* run_row0, int
     run_row0[runs_.size()] = static_cast<int32_t>(rows);
 }
 
-void CudaExecutor::hybrid_layer(int il, int64_t n, const CudaMemoryStorage& st, int64_t table_stride,
-                                int64_t max_kv) {
-    const GpuHybridLayer& L = gm_->hybrid_layer(il);
-    const int64_t E = hp_.n_embd;
-    const bool gemm = n > gemv_rows_;
-    if (gemm) rms_norm(x_, L.attn_norm, xn_, n, E, hp_.rms_eps, /*one_plus=*/true, stream_);
-    if (L.full_attention)
-        gated_attention_block(L, n, st.kv(kv_slot_[static_cast<size_t>(il)]), table_stride, max_kv);
-    else
-        deltanet_block(L, rec_slot_[static_cast<size_t>(il)], n, st);
-    if (gemm) rms_norm(x_, L.ffn_norm, xn_, n, E, hp_.rms_eps, /*one_plus=*/true, stream_);
-    if (hp_.hybrid->moe)
-        moe_block(L, n);
-    else
-        swiglu_block(L.mlp.gate_up, L.mlp.down, L.ffn_norm, n, x_, /*residual=*/true);
-}
-
-void CudaExecutor::project(const std::vector<GpuPart>& parts, const float* norm, int64_t n, float* y,
-                           int64_t width) {
-    if (n > gemv_rows_) {
-        matmul_parts(parts, xn_, n, y, width);
-        return;
-    }
-    for (const GpuPart& p : parts) {
-        GemvArgs a;
-        a.x = x_;
-        a.n_tok = static_cast<int>(n);
-        a.norm_w = norm;
-        a.norm_eps = hp_.rms_eps;
-        a.norm_one_plus = true;
-        a.y = y + p.row0;
-        a.y_stride = width;
-        gemv(p.m, a, stream_);
-    }
-}
-
-void CudaExecutor::out_residual(const GpuMatrix& w, const float* in, int64_t n) {
-    if (n > gemv_rows_) {
-        matmul(w, in, n, proj_, hp_.n_embd);
-        add_scaled(x_, proj_, 1.0f, x_, n * hp_.n_embd, stream_);
-        return;
-    }
-    GemvArgs o;
-    o.x = in;
-    o.n_tok = static_cast<int>(n);
-    o.residual = x_;
-    o.y = x_;
-    gemv(w, o, stream_);
-}
-
-void CudaExecutor::swiglu_block(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, const float* norm,
-                                int64_t n, float* y, bool residual) {
-    int64_t ff = 0;
-    for (const GpuPart& p : gate_up) ff += p.m.n_out;
-    ff /= 2;
-    if (n <= gemv_rows_ && gate_up.size() == 1) {  // act_ = silu(gate) * up in the GEMV's epilogue
-        GemvArgs g;
-        g.x = x_;
-        g.n_tok = static_cast<int>(n);
-        g.norm_w = norm;
-        g.norm_eps = hp_.rms_eps;
-        g.norm_one_plus = true;
-        g.glu = true;
-        g.y = act_;
-        gemv(gate_up[0].m, g, stream_);
-    } else {
-        project(gate_up, norm, n, gu_, 2 * ff);
-        swiglu_stacked(gu_, act_, n, ff, stream_);
-    }
-    if (residual) {
-        out_residual(down, act_, n);
-        return;
-    }
-    if (n > gemv_rows_) {
-        matmul(down, act_, n, y, hp_.n_embd);
-        return;
-    }
-    GemvArgs d;
-    d.x = act_;
-    d.n_tok = static_cast<int>(n);
-    d.y = y;
-    gemv(down, d, stream_);
-}
-
-void CudaExecutor::deltanet_block(const GpuHybridLayer& L, int r, int64_t n, const CudaMemoryStorage& st) {
-    const HybridHParams& hy = *hp_.hybrid;
-    const DeltaNetShape& s = hy.linear;
+void CudaExecutor::deltanet_block(const GpuLayer& L, int r, int64_t n, const CudaMemoryStorage& st) {
+    const DeltaNetShape& s = hp_.deltanet.linear;
     const int64_t cd = s.conv_dim(), vd = s.value_dim();
     // qkv_ rows [w_dn_]: [Q|K|V (cd) | z (vd) | b (nv) | a (nv)]
     project(L.linear.in_proj, L.attn_norm, n, qkv_, w_dn_);
@@ -147,7 +61,7 @@ void CudaExecutor::deltanet_block(const GpuHybridLayer& L, int r, int64_t n, con
     c.x_stride = w_dn_;
     c.n_rows = static_cast<int>(n);
     c.n_ch = cd;
-    c.kernel = hy.conv_kernel;
+    c.kernel = hp_.deltanet.conv_kernel;
     c.w = L.linear.conv;
     c.row_run = row_table_;
     c.run_row0 = run_row0_;
@@ -189,28 +103,9 @@ void CudaExecutor::deltanet_block(const GpuHybridLayer& L, int r, int64_t n, con
     out_residual(L.linear.out, core_, n);
 }
 
-void CudaExecutor::gated_attention_block(const GpuHybridLayer& L, int64_t n, const KvView& kv,
-                                         int64_t table_stride, int64_t max_kv) {
-    const int64_t Q = hp_.q_dim(), KV = hp_.kv_dim();
-    // qkv_ rows [w_at_]: [q | k | v | gate]
-    project(L.attn.qkvg, L.attn_norm, n, qkv_, w_at_);
-    RopeStoreArgs r = rope_store_args(hp_, *gm_, rope_table_, qkv_, static_cast<int>(n), nullptr, kv);
-    r.row_stride = w_at_;
-    r.q_norm = L.attn.q_norm;
-    r.k_norm = L.attn.k_norm;
-    r.norm_one_plus = true;
-    r.row_pos = pos_;
-    r.row_slot = slot_;
-    rope_store_kv(r, stream_);
-    attention(n, kv, table_stride, max_kv, qkv_, w_at_);
-    sigmoid_gate_mul(attn_, Q, qkv_ + Q + 2 * KV, w_at_, n, Q, stream_);
-    out_residual(L.attn.wo, attn_, n);
-}
-
-void CudaExecutor::moe_block(const GpuHybridLayer& L, int64_t n) {
-    const HybridHParams& hy = *hp_.hybrid;
-    const int64_t E = hp_.n_embd, ffe = hy.n_ff_expert;
-    const int n_exp = hy.n_expert, k = hy.n_expert_used;
+void CudaExecutor::moe_block(const GpuLayer& L, int64_t n) {
+    const int64_t E = hp_.n_embd, ffe = hp_.moe.n_ff_expert;
+    const int n_exp = hp_.moe.n_expert, k = hp_.moe.n_expert_used;
     const bool shared_slot = L.moe.shared_in_experts;  // the shared expert is expert n_exp, slot k
     const int ko = shared_slot ? k + 1 : k;
     const int slots = static_cast<int>(n) * ko;
@@ -220,8 +115,8 @@ void CudaExecutor::moe_block(const GpuHybridLayer& L, int64_t n) {
               shared_slot);
     MoeCombineArgs c;
     if (n <= gemv_rows_) {  // slot t * ko + j: token t's j-th expert, one GEMV pair over all slots
-        expert_slot_gemvs(L.moe, x_, L.ffn_norm, hp_.rms_eps, eids_, slots, ko, E, ffe, eact_, eout_,
-                          stream_);
+        expert_slot_gemvs(L.moe, x_, L.ffn_norm, hp_.rms_eps, norm_one_plus_, eids_, slots, ko, E, ffe, eact_,
+                          eout_, stream_);
         c.expert_out = eout_;
     } else {  // the step's slots grouped by expert: each chosen expert read once per 8 rows
         const int n_ids = n_exp + (shared_slot ? 1 : 0);
@@ -252,7 +147,8 @@ void CudaExecutor::moe_block(const GpuHybridLayer& L, int64_t n) {
     c.residual = x_;
     c.y = x_;
     if (!shared_slot) {
-        swiglu_block(L.moe.shared_gate_up, L.moe.shared_down, L.ffn_norm, n, sout_, /*residual=*/false);
+        swiglu_block(L.moe.shared_gate_up, L.moe.shared_down, L.ffn_norm, nullptr, nullptr, n, sout_,
+                     /*residual=*/false);
         c.shared_out = sout_;
         c.shared_gate_logit = router_ + n_exp;
         c.shared_gate_stride = n_exp + 1;

@@ -1,5 +1,7 @@
-// The dense block of CudaExecutor (cuda_executor.h) over a step's rows: the fused-GEMV form for
-// steps of at most gemv_rows() rows, the cuBLAS form above; paged attention; the output head.
+// The layers of CudaExecutor (cuda_executor.h) over a step's rows, each by its kinds: the per-layer
+// dispatch, attention (plain and gated) through the pages, the SwiGLU MLP, the projections (the
+// fused-GEMV form for steps of at most gemv_rows() rows, qmatmul / cuBLAS above) and the output head.
+// Gated DeltaNet and MoE are in cuda_executor_hybrid.cpp.
 #include <algorithm>
 
 #include <cuda_runtime.h>
@@ -20,16 +22,36 @@ void CudaExecutor::forward(int64_t n, int64_t n_out, const CudaMemoryStorage& st
                            int64_t max_kv) {
     get_rows(gm_->tok_embd(), gm_->tok_embd_type(), hp_.n_embd, gm_->tok_embd_row_bytes(), ids_,
              static_cast<int>(n), hp_.embd_scale, x_, stream_);
-    for (int il = 0; il < hp_.n_layer; ++il) {
-        if (hybrid_)
-            hybrid_layer(il, n, st, table_stride, max_kv);
-        else if (n <= gemv_rows_)
-            layer_gemv(il, static_cast<int>(n), st.kv(kv_slot_[static_cast<size_t>(il)]), table_stride,
-                       max_kv);
-        else
-            layer_gemm(il, n, st.kv(kv_slot_[static_cast<size_t>(il)]), table_stride, max_kv);
-    }
+    for (int il = 0; il < hp_.n_layer; ++il) layer(il, n, st, table_stride, max_kv);
     head(n_out);
+}
+
+void CudaExecutor::layer(int il, int64_t n, const CudaMemoryStorage& st, int64_t table_stride,
+                         int64_t max_kv) {
+    const GpuLayer& L = gm_->layer(il);
+    const LayerKind& k = hp_.layer[static_cast<size_t>(il)];
+    const int64_t E = hp_.n_embd;
+    const bool gemm = n > gemv_rows_;
+    if (gemm) rms_norm(x_, L.attn_norm, xn_, n, E, hp_.rms_eps, norm_one_plus_, stream_);
+    switch (k.mixer) {
+        case Mixer::kAttention:
+        case Mixer::kGatedAttention:
+            attention_block(L, n, st.kv(kv_slot_[static_cast<size_t>(il)]), table_stride, max_kv);
+            break;
+        case Mixer::kDeltaNet:
+            deltanet_block(L, rec_slot_[static_cast<size_t>(il)], n, st);
+            break;
+    }
+    if (gemm) rms_norm(x_, L.ffn_norm, xn_, n, E, hp_.rms_eps, norm_one_plus_, stream_);
+    switch (k.ffn) {
+        case Ffn::kSwiglu:
+            swiglu_block(L.mlp.gate_up, L.mlp.down, L.ffn_norm, L.mlp.b_gate_up, L.mlp.b_down, n, x_,
+                         /*residual=*/true);
+            break;
+        case Ffn::kMoe:
+            moe_block(L, n);
+            break;
+    }
 }
 
 // q rows (rope applied) -> attn_ through the pages; K/V rows were stored by rope_store_kv.
@@ -60,74 +82,103 @@ void CudaExecutor::attention(int64_t n, const KvView& kv, int64_t table_stride, 
     attention_paged(a, stream_);
 }
 
-void CudaExecutor::layer_gemv(int il, int n, const KvView& kv, int64_t table_stride, int64_t max_kv) {
-    const GpuLayer& L = gm_->layer(il);
-    const int64_t FF = hp_.n_ff;
-    const float eps = hp_.rms_eps;
-    // q | k | v = W (rms_norm(x)) + b
-    for (const GpuPart& p : L.qkv) {
-        GemvArgs a;
-        a.x = x_;
-        a.n_tok = n;
-        a.norm_w = L.attn_norm;
-        a.norm_eps = eps;
-        a.bias = L.b_qkv ? L.b_qkv + p.row0 : nullptr;
-        a.y = qkv_ + p.row0;
-        a.y_stride = qkv_w_;
-        gemv(p.m, a, stream_);
-    }
-    RopeStoreArgs r = rope_store_args(hp_, *gm_, rope_table_, qkv_, n, nullptr, kv);
-    r.q_norm = L.q_norm;
-    r.k_norm = L.k_norm;
+void CudaExecutor::attention_block(const GpuLayer& L, int64_t n, const KvView& kv, int64_t table_stride,
+                                   int64_t max_kv) {
+    const int64_t Q = hp_.q_dim(), KV = hp_.kv_dim();
+    const bool gated = L.kind.mixer == Mixer::kGatedAttention;
+    // qkv_ rows [w]: [q | k | v] (+ b_qkv), gated: [q | k | v | gate]
+    const int64_t w = Q + 2 * KV + (gated ? Q : 0);
+    project(L.attn.qkv, L.attn_norm, n, qkv_, w, L.attn.b_qkv);
+    RopeStoreArgs r = rope_store_args(hp_, *gm_, rope_table_, qkv_, static_cast<int>(n), nullptr, kv);
+    if (gated) r.row_stride = w;  // the gate columns after v are left alone
+    r.q_norm = L.attn.q_norm;
+    r.k_norm = L.attn.k_norm;
+    r.norm_one_plus = norm_one_plus_;
     r.row_pos = pos_;
     r.row_slot = slot_;
     rope_store_kv(r, stream_);
-    attention(n, kv, table_stride, max_kv, qkv_, qkv_w_);
-
+    attention(n, kv, table_stride, max_kv, qkv_, w);
+    if (gated) sigmoid_gate_mul(attn_, Q, qkv_ + Q + 2 * KV, w, n, Q, stream_);
     // x += residual_scale * (W_o attn + b_o)
+    out_residual(L.attn.wo, attn_, n, L.attn.b_o);
+}
+
+void CudaExecutor::project(const std::vector<GpuPart>& parts, const float* norm, int64_t n, float* y,
+                           int64_t width, const float* bias) {
+    if (n > gemv_rows_) {
+        matmul_parts(parts, xn_, n, y, width);
+        if (bias) add_bias(y, bias, n, width, stream_);
+        return;
+    }
+    for (const GpuPart& p : parts) {  // y = W (rms_norm(x)) + b
+        GemvArgs a;
+        a.x = x_;
+        a.n_tok = static_cast<int>(n);
+        a.norm_w = norm;
+        a.norm_eps = hp_.rms_eps;
+        a.norm_one_plus = norm_one_plus_;
+        a.bias = bias ? bias + p.row0 : nullptr;
+        a.y = y + p.row0;
+        a.y_stride = width;
+        gemv(p.m, a, stream_);
+    }
+}
+
+void CudaExecutor::out_residual(const GpuMatrix& w, const float* in, int64_t n, const float* bias) {
+    const int64_t E = hp_.n_embd;
+    if (n > gemv_rows_) {
+        matmul(w, in, n, proj_, E);
+        if (bias) add_bias(proj_, bias, n, E, stream_);
+        add_scaled(x_, proj_, hp_.residual_scale, x_, n * E, stream_);
+        return;
+    }
     GemvArgs o;
-    o.x = attn_;
-    o.n_tok = n;
-    o.bias = L.b_o;
+    o.x = in;
+    o.n_tok = static_cast<int>(n);
+    o.bias = bias;
     o.scale = hp_.residual_scale;
     o.residual = x_;
     o.y = x_;
-    gemv(L.wo, o, stream_);
+    gemv(w, o, stream_);
+}
 
-    // act = silu(gate) * up of W (rms_norm(x)) + b
-    if (L.gate_up.size() == 1) {
+void CudaExecutor::swiglu_block(const std::vector<GpuPart>& gate_up, const GpuMatrix& down, const float* norm,
+                                const float* b_gate_up, const float* b_down, int64_t n, float* y,
+                                bool residual) {
+    int64_t ff = 0;
+    for (const GpuPart& p : gate_up) ff += p.m.n_out;
+    ff /= 2;
+    if (n <= gemv_rows_ && gate_up.size() == 1) {  // act_ = silu(gate) * up in the GEMV's epilogue
         GemvArgs g;
         g.x = x_;
-        g.n_tok = n;
-        g.norm_w = L.ffn_norm;
-        g.norm_eps = eps;
-        g.bias = L.b_gate_up;
+        g.n_tok = static_cast<int>(n);
+        g.norm_w = norm;
+        g.norm_eps = hp_.rms_eps;
+        g.norm_one_plus = norm_one_plus_;
+        g.bias = b_gate_up;
         g.glu = true;
         g.y = act_;
-        gemv(L.gate_up[0].m, g, stream_);
+        gemv(gate_up[0].m, g, stream_);
     } else {
-        for (const GpuPart& p : L.gate_up) {
-            GemvArgs g;
-            g.x = x_;
-            g.n_tok = n;
-            g.norm_w = L.ffn_norm;
-            g.norm_eps = eps;
-            g.bias = L.b_gate_up ? L.b_gate_up + p.row0 : nullptr;
-            g.y = gu_ + p.row0;
-            g.y_stride = 2 * FF;
-            gemv(p.m, g, stream_);
-        }
-        swiglu_stacked(gu_, act_, n, FF, stream_);
+        project(gate_up, norm, n, gu_, 2 * ff, b_gate_up);
+        swiglu_stacked(gu_, act_, n, ff, stream_);
     }
-    // x += residual_scale * (W_down act + b_down)
+    // x += residual_scale * (W_down act + b_down), or y = W_down act + b_down
+    if (residual) {
+        out_residual(down, act_, n, b_down);
+        return;
+    }
+    if (n > gemv_rows_) {
+        matmul(down, act_, n, y, hp_.n_embd);
+        if (b_down) add_bias(y, b_down, n, hp_.n_embd, stream_);
+        return;
+    }
     GemvArgs d;
     d.x = act_;
-    d.n_tok = n;
-    d.bias = L.b_down;
-    d.scale = hp_.residual_scale;
-    d.residual = x_;
-    d.y = x_;
-    gemv(L.down, d, stream_);
+    d.n_tok = static_cast<int>(n);
+    d.bias = b_down;
+    d.y = y;
+    gemv(down, d, stream_);
 }
 
 // y [n, width] (row stride y_stride) = x W^T: the tensor-core kernel with dequantization in registers
@@ -153,41 +204,12 @@ void CudaExecutor::matmul_parts(const std::vector<GpuPart>& parts, const float* 
     for (const GpuPart& p : parts) matmul(p.m, x, n, y + p.row0, width);
 }
 
-void CudaExecutor::layer_gemm(int il, int64_t n, const KvView& kv, int64_t table_stride, int64_t max_kv) {
-    const GpuLayer& L = gm_->layer(il);
-    const int64_t E = hp_.n_embd, FF = hp_.n_ff;
-    const float eps = hp_.rms_eps;
-
-    rms_norm(x_, L.attn_norm, xn_, n, E, eps, false, stream_);
-    matmul_parts(L.qkv, xn_, n, qkv_, qkv_w_);
-    if (L.b_qkv) add_bias(qkv_, L.b_qkv, n, qkv_w_, stream_);
-    RopeStoreArgs r = rope_store_args(hp_, *gm_, rope_table_, qkv_, static_cast<int>(n), nullptr, kv);
-    r.q_norm = L.q_norm;
-    r.k_norm = L.k_norm;
-    r.row_pos = pos_;
-    r.row_slot = slot_;
-    rope_store_kv(r, stream_);
-    attention(n, kv, table_stride, max_kv, qkv_, qkv_w_);
-
-    matmul(L.wo, attn_, n, proj_, E);
-    if (L.b_o) add_bias(proj_, L.b_o, n, E, stream_);
-    add_scaled(x_, proj_, hp_.residual_scale, x_, n * E, stream_);
-
-    rms_norm(x_, L.ffn_norm, xn_, n, E, eps, false, stream_);
-    matmul_parts(L.gate_up, xn_, n, gu_, 2 * FF);
-    if (L.b_gate_up) add_bias(gu_, L.b_gate_up, n, 2 * FF, stream_);
-    swiglu_stacked(gu_, act_, n, FF, stream_);
-    matmul(L.down, act_, n, proj_, E);
-    if (L.b_down) add_bias(proj_, L.b_down, n, E, stream_);
-    add_scaled(x_, proj_, hp_.residual_scale, x_, n * E, stream_);
-}
-
 // logits [n_out, V] = logit_scale * W_out rms_norm(x[out_rows]); the normed rows stay in xn_ (not
 // with the fused head: then the norm is the GEMV's prologue and xn_ is not written).
 void CudaExecutor::head(int64_t n_out) {
     if (n_out == 0) return;
     const int64_t E = hp_.n_embd, V = hp_.n_vocab;
-    const bool zc = hybrid_;  // the hybrid stack's norms are zero-centred (1 + w)
+    const bool zc = norm_one_plus_;
     if (fused_head_) {
         GemvArgs h;
         h.x = x_;

@@ -61,6 +61,10 @@ Expected<std::unique_ptr<CudaForward>> CudaForward::create(std::shared_ptr<const
                                                            const ForwardOptions& opt,
                                                            const CudaForwardOptions& copt) {
     if (!weights) return make_error("CUDA forward pass: no GPU weights given");
+    if (!weights->model().hparams().uniform_attention())
+        return make_error(
+            "CUDA forward pass: runs models whose every layer is attention + SwiGLU with plain norms "
+            "(the others take CudaHybridForward or the executor)");
     if (opt.n_ctx <= 0) return make_error("context size must be positive, got {}", opt.n_ctx);
     if (opt.n_ctx > INT32_MAX)
         return make_error("context size {} is too large for the GPU pass (at most {})", opt.n_ctx, INT32_MAX);
@@ -100,7 +104,7 @@ Status CudaForward::init() {
     int64_t split_w = 0;
     for (int il = 0; il < hp_.n_layer; ++il) {
         const GpuLayer& l = gm_->layer(il);
-        for (const auto* parts : {&l.qkv, &l.gate_up})
+        for (const auto* parts : {&l.attn.qkv, &l.mlp.gate_up})
             if (parts->size() > 1)
                 for (const GpuPart& p : *parts) split_w = std::max(split_w, p.m.n_out);
     }

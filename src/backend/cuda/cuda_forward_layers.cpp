@@ -1,5 +1,5 @@
-// The transformer block on the GPU, mirroring model/forward_layer.cpp: the decode step (GEMVs
-// with fused norm / bias / residual / glu, captured in a graph) and the prefill chunk (cuBLAS).
+// The {attention, SwiGLU} block on the GPU, mirroring backend/cpu/cpu_executor_layer.cpp: the decode step
+// (GEMVs with fused norm / bias / residual / glu, captured in a graph) and the prefill chunk (cuBLAS).
 #include <algorithm>
 
 #include <cuda_runtime.h>
@@ -18,8 +18,8 @@ namespace pelican::cuda {
 RopeStoreArgs CudaForward::rope_args(int il, int n_tok, const int32_t* pos) const {
     const GpuLayer& L = gm_->layer(il);
     RopeStoreArgs r = rope_store_args(hp_, *gm_, rope_table_, qkv_, n_tok, pos, kv(il));
-    r.q_norm = L.q_norm;
-    r.k_norm = L.k_norm;
+    r.q_norm = L.attn.q_norm;
+    r.k_norm = L.attn.k_norm;
     return r;
 }
 
@@ -39,12 +39,12 @@ void CudaForward::enqueue_step() {
     for (int il = 0; il < hp_.n_layer; ++il) {
         const GpuLayer& L = gm_->layer(il);
         // q | k | v = W (rms_norm(x)) + b
-        for (const GpuPart& p : L.qkv) {
+        for (const GpuPart& p : L.attn.qkv) {
             GemvArgs a;
             a.x = x_;
             a.norm_w = L.attn_norm;
             a.norm_eps = eps;
-            a.bias = L.b_qkv ? L.b_qkv + p.row0 : nullptr;
+            a.bias = L.attn.b_qkv ? L.attn.b_qkv + p.row0 : nullptr;
             a.y = qkv_ + p.row0;
             a.y_stride = qkv_w_;
             gemv(p.m, a, stream_);
@@ -57,29 +57,29 @@ void CudaForward::enqueue_step() {
         // x += residual_scale * (W_o attn + b_o)
         GemvArgs o;
         o.x = attn_;
-        o.bias = L.b_o;
+        o.bias = L.attn.b_o;
         o.scale = hp_.residual_scale;
         o.residual = x_;
         o.y = x_;
-        gemv(L.wo, o, stream_);
+        gemv(L.attn.wo, o, stream_);
 
         // act = silu(gate) * up of W (rms_norm(x)) + b
-        if (L.gate_up.size() == 1) {
+        if (L.mlp.gate_up.size() == 1) {
             GemvArgs g;
             g.x = x_;
             g.norm_w = L.ffn_norm;
             g.norm_eps = eps;
-            g.bias = L.b_gate_up;
+            g.bias = L.mlp.b_gate_up;
             g.glu = true;
             g.y = act_;
-            gemv(L.gate_up[0].m, g, stream_);
+            gemv(L.mlp.gate_up[0].m, g, stream_);
         } else {
-            for (const GpuPart& p : L.gate_up) {
+            for (const GpuPart& p : L.mlp.gate_up) {
                 GemvArgs g;
                 g.x = x_;
                 g.norm_w = L.ffn_norm;
                 g.norm_eps = eps;
-                g.bias = L.b_gate_up ? L.b_gate_up + p.row0 : nullptr;
+                g.bias = L.mlp.b_gate_up ? L.mlp.b_gate_up + p.row0 : nullptr;
                 g.y = gu_ + p.row0;
                 g.y_stride = 2 * FF;
                 gemv(p.m, g, stream_);
@@ -89,11 +89,11 @@ void CudaForward::enqueue_step() {
         // x += residual_scale * (W_down act + b_down)
         GemvArgs d;
         d.x = act_;
-        d.bias = L.b_down;
+        d.bias = L.mlp.b_down;
         d.scale = hp_.residual_scale;
         d.residual = x_;
         d.y = x_;
-        gemv(L.down, d, stream_);
+        gemv(L.mlp.down, d, stream_);
     }
     // logits = logit_scale * W_out rms_norm(x)
     GemvArgs h;
@@ -113,22 +113,22 @@ void CudaForward::prefill_layer(int il, int64_t n, int64_t pos0, const int32_t* 
     const float eps = hp_.rms_eps;
 
     rms_norm(x_, L.attn_norm, xn_, n, E, eps, false, stream_);
-    prefill_parts(mm_, L.qkv, xn_, n, qkv_, qkv_w_, tmp_, stream_);
-    if (L.b_qkv) add_bias(qkv_, L.b_qkv, n, qkv_w_, stream_);
+    prefill_parts(mm_, L.attn.qkv, xn_, n, qkv_, qkv_w_, tmp_, stream_);
+    if (L.attn.b_qkv) add_bias(qkv_, L.attn.b_qkv, n, qkv_w_, stream_);
     rope_store_kv(rope_args(il, static_cast<int>(n), pos_dev), stream_);
     const AttnArgs at = attn_args(il, static_cast<int>(n), pos_dev);
     attention_prefill(at, pos0, stream_);
 
-    mm_.run(L.wo, attn_, n, proj_, stream_);
-    if (L.b_o) add_bias(proj_, L.b_o, n, E, stream_);
+    mm_.run(L.attn.wo, attn_, n, proj_, stream_);
+    if (L.attn.b_o) add_bias(proj_, L.attn.b_o, n, E, stream_);
     add_scaled(x_, proj_, hp_.residual_scale, x_, n * E, stream_);
 
     rms_norm(x_, L.ffn_norm, xn_, n, E, eps, false, stream_);
-    prefill_parts(mm_, L.gate_up, xn_, n, gu_, 2 * FF, tmp_, stream_);
-    if (L.b_gate_up) add_bias(gu_, L.b_gate_up, n, 2 * FF, stream_);
+    prefill_parts(mm_, L.mlp.gate_up, xn_, n, gu_, 2 * FF, tmp_, stream_);
+    if (L.mlp.b_gate_up) add_bias(gu_, L.mlp.b_gate_up, n, 2 * FF, stream_);
     swiglu_stacked(gu_, act_, n, FF, stream_);
-    mm_.run(L.down, act_, n, proj_, stream_);
-    if (L.b_down) add_bias(proj_, L.b_down, n, E, stream_);
+    mm_.run(L.mlp.down, act_, n, proj_, stream_);
+    if (L.mlp.b_down) add_bias(proj_, L.mlp.b_down, n, E, stream_);
     add_scaled(x_, proj_, hp_.residual_scale, x_, n * E, stream_);
 }
 

@@ -15,7 +15,6 @@
 #include "backend/cuda/deltanet.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/layer_args.h"
-#include "model/hybrid_hparams.h"
 #include "model/model.h"
 
 namespace pelican::cuda {
@@ -38,13 +37,13 @@ void CudaHybridForward::mm_swiglu(const std::vector<GpuPart>& gate_up, const Gpu
         mm_.run(down, act_, n, y, stream_);
 }
 
-void CudaHybridForward::chunk_deltanet(const GpuHybridLayer& L, int slot, int n) {
-    const HybridHParams& hy = *hp_.hybrid;
-    const int64_t cd = hy.linear.conv_dim();
+void CudaHybridForward::chunk_deltanet(const GpuLayer& L, int slot, int n) {
+    const int64_t cd = hp_.deltanet.linear.conv_dim();
     rms_norm(x_, L.attn_norm, xn_, n, hp_.n_embd, hp_.rms_eps, /*one_plus=*/true, stream_);
     prefill_parts(mm_, L.linear.in_proj, xn_, n, proj_, w_dn_, tmp_,
                   stream_);  // [Q|K|V | z | b | a] rows of w_dn_
-    conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
+    conv1d_silu(proj_, w_dn_, n, cd, hp_.deltanet.conv_kernel, L.linear.conv, conv_state(slot), conv_,
+                stream_);
     if (dn_scratch_)
         deltanet_chunked(deltanet_args(L, slot, n), dn_scratch_, stream_);
     else
@@ -52,11 +51,11 @@ void CudaHybridForward::chunk_deltanet(const GpuHybridLayer& L, int slot, int n)
     mm_residual(L.linear.out, core_, n);
 }
 
-void CudaHybridForward::chunk_attention(const GpuHybridLayer& L, int slot, int n, const int32_t* pos,
+void CudaHybridForward::chunk_attention(const GpuLayer& L, int slot, int n, const int32_t* pos,
                                         int64_t pos0) {
     const int64_t Q = hp_.q_dim(), KV = hp_.kv_dim();
     rms_norm(x_, L.attn_norm, xn_, n, hp_.n_embd, hp_.rms_eps, /*one_plus=*/true, stream_);
-    prefill_parts(mm_, L.attn.qkvg, xn_, n, proj_, w_at_, tmp_, stream_);  // [q | k | v | gate] rows of w_at_
+    prefill_parts(mm_, L.attn.qkv, xn_, n, proj_, w_at_, tmp_, stream_);  // [q | k | v | gate] rows of w_at_
     RopeStoreArgs r = rope_store_args(hp_, *gm_, rope_table_, proj_, n, pos, kv(slot));
     r.row_stride = w_at_;
     r.q_norm = L.attn.q_norm;
@@ -72,14 +71,13 @@ void CudaHybridForward::chunk_attention(const GpuHybridLayer& L, int slot, int n
 void CudaHybridForward::enqueue_chunk(int n, const int32_t* ids, const int32_t* pos, int64_t pos0) {
     get_rows(gm_->tok_embd(), gm_->tok_embd_type(), hp_.n_embd, gm_->tok_embd_row_bytes(), ids, n,
              hp_.embd_scale, x_, stream_);
-    const bool moe = hp_.hybrid->moe;
     for (int il = 0; il < hp_.n_layer; ++il) {
-        const GpuHybridLayer& L = gm_->hybrid_layer(il);
-        if (L.full_attention)
+        const GpuLayer& L = gm_->layer(il);
+        if (L.kind.mixer == Mixer::kGatedAttention)
             chunk_attention(L, kv_slot_[static_cast<size_t>(il)], n, pos, pos0);
         else
             chunk_deltanet(L, rec_slot_[static_cast<size_t>(il)], n);
-        if (moe)
+        if (L.kind.ffn == Ffn::kMoe)
             moe_block(L, n, /*chunk=*/true);
         else
             mlp_block(L, n, /*chunk=*/true);

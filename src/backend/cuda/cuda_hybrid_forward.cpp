@@ -16,7 +16,6 @@
 #include "backend/cuda/moe.h"
 #include "core/env.h"
 #include "core/format_bytes.h"
-#include "model/hybrid_hparams.h"
 #include "model/model.h"
 
 namespace pelican::cuda {
@@ -40,8 +39,12 @@ CudaHybridForward::~CudaHybridForward() {
 
 Expected<std::unique_ptr<CudaHybridForward>> CudaHybridForward::create(
     std::shared_ptr<const GpuModel> weights, const ForwardOptions& opt, bool use_graph) {
-    if (!weights || !weights->hybrid())
-        return make_error("CUDA hybrid forward pass: no hybrid GPU weights given");
+    if (!weights) return make_error("CUDA hybrid forward pass: no GPU weights given");
+    const ModelHParams& hp = weights->model().hparams();
+    if (hp.has(Mixer::kAttention) || hp.norm_weight != NormWeight::kOnePlus)
+        return make_error(
+            "CUDA hybrid forward pass: runs gated attention and Gated DeltaNet layers with zero-centred "
+            "norms, which this model's layers are not");
     if (opt.n_ctx <= 0) return make_error("context size must be positive, got {}", opt.n_ctx);
     if (opt.n_ctx > INT32_MAX)
         return make_error("context size {} is too large for the GPU pass (at most {})", opt.n_ctx, INT32_MAX);
@@ -53,8 +56,7 @@ Expected<std::unique_ptr<CudaHybridForward>> CudaHybridForward::create(
 }
 
 Status CudaHybridForward::init() {
-    const HybridHParams& hy = *hp_.hybrid;
-    const DeltaNetShape& s = hy.linear;
+    const DeltaNetShape& s = hp_.deltanet.linear;
     const int64_t E = hp_.n_embd, Q = hp_.q_dim(), KV = hp_.kv_dim(), V = hp_.n_vocab;
     const size_t f = sizeof(float);
     // Prompt chunks: every layer over up to chunk_ tokens at once (GEMMs); PELICAN_HYBRID_CHUNK=0
@@ -69,7 +71,7 @@ Status CudaHybridForward::init() {
     kv_slot_.assign(static_cast<size_t>(hp_.n_layer), -1);
     rec_slot_.assign(static_cast<size_t>(hp_.n_layer), -1);
     for (int il = 0; il < hp_.n_layer; ++il) {
-        if (gm_->hybrid_layer(il).full_attention)
+        if (gm_->layer(il).kind.mixer == Mixer::kGatedAttention)
             kv_slot_[static_cast<size_t>(il)] = n_full_++;
         else
             rec_slot_[static_cast<size_t>(il)] = n_linear_++;
@@ -85,7 +87,7 @@ Status CudaHybridForward::init() {
                            static_cast<size_t>(KV) * elem;
     kv_k_ = DeviceBuffer(kv_half);
     kv_v_ = DeviceBuffer(kv_half);
-    conv_floats_ = static_cast<size_t>(hy.conv_kernel - 1) * static_cast<size_t>(s.conv_dim());
+    conv_floats_ = static_cast<size_t>(hp_.deltanet.conv_kernel - 1) * static_cast<size_t>(s.conv_dim());
     ssm_floats_ = static_cast<size_t>(s.state_floats());
     state_ = DeviceBuffer(static_cast<size_t>(std::max(n_linear_, 1)) * (conv_floats_ + ssm_floats_) * f);
     if (!kv_k_.ok() || !kv_v_.ok() || !state_.ok())
@@ -96,7 +98,7 @@ Status CudaHybridForward::init() {
 
     int64_t ff = 0, ff_sh = 0;
     for (int il = 0; il < hp_.n_layer; ++il) {
-        const GpuHybridLayer& L = gm_->hybrid_layer(il);
+        const GpuLayer& L = gm_->layer(il);
         for (const auto* parts : {&L.mlp.gate_up, &L.moe.shared_gate_up}) {
             int64_t rows = 0;
             for (const GpuPart& p : *parts) rows += p.m.n_out;
@@ -105,15 +107,17 @@ Status CudaHybridForward::init() {
     }
     ff_sh = ff;
     // Widest GEMM output of a prompt chunk (tmp_) and the GEMM bounds.
-    const int64_t tmp_w = std::max({w_dn_, w_at_, E, hy.n_expert + int64_t{1}, 2 * std::max<int64_t>(ff, 1)});
-    const int k = std::max(hy.n_expert_used, 1) + 1;  // slots per token (+1: the shared expert as a slot)
-    const int64_t ff_e = std::max<int64_t>(hy.n_ff_expert, 1);
+    const int64_t tmp_w =
+        std::max({w_dn_, w_at_, E, hp_.moe.n_expert + int64_t{1}, 2 * std::max<int64_t>(ff, 1)});
+    // Slots per token (+1: the shared expert as a slot).
+    const int k = std::max(hp_.moe.n_expert_used, 1) + 1;
+    const int64_t ff_e = std::max<int64_t>(hp_.moe.n_ff_expert, 1);
     const size_t attn_ws_bytes = attention_workspace_bytes(n_ctx_, static_cast<int>(hp_.n_head),
                                                            static_cast<int>(hp_.head_dim), kMicro);
     // Grouped experts (prompt chunks of a MoE model): PELICAN_MOE_GROUPED=0 keeps slot-wise GEMVs.
-    grouped_ = chunk_ > 0 && hy.moe && env_switch_on("PELICAN_MOE_GROUPED");
+    grouped_ = chunk_ > 0 && hp_.has(Ffn::kMoe) && env_switch_on("PELICAN_MOE_GROUPED");
     for (int il = 0; grouped_ && il < hp_.n_layer; ++il) {  // 8 token rows must fit the GEMV's shared memory
-        const GpuMoe& mo = gm_->hybrid_layer(il).moe;
+        const GpuMoe& mo = gm_->layer(il).moe;
         if (mo.experts_gate_up.data && (gemv_max_tokens(mo.experts_gate_up) < kMoeGroupRows ||
                                         gemv_max_tokens(mo.experts_down) < kMoeGroupRows))
             grouped_ = false;
@@ -126,7 +130,7 @@ Status CudaHybridForward::init() {
                  o_core = c.add(M * std::max({s.value_dim(), Q, E}) * f),
                  o_gu = c.add(M * 2 * std::max<int64_t>(ff, 1) * f),
                  o_act = c.add(M * std::max<int64_t>(ff_sh, 1) * f),
-                 o_router = c.add(M * (hy.n_expert + 1) * f), o_ids = c.add(M * k * 4),
+                 o_router = c.add(M * (hp_.moe.n_expert + 1) * f), o_ids = c.add(M * k * 4),
                  o_wts = c.add(M * k * f), o_eact = c.add(MS * k * ff_e * f), o_eout = c.add(MS * k * E * f),
                  o_sout = c.add(M * E * f), o_logits = c.add(ML * V * f), o_aws = c.add(attn_ws_bytes),
                  o_mcat = c.add(has_mtp() ? ML * 2 * E * f : 0), o_mhid = c.add(has_mtp() ? ML * E * f : 0),
@@ -135,7 +139,8 @@ Status CudaHybridForward::init() {
                  o_cctr = c.add(static_cast<size_t>(E) * sizeof(unsigned)),
                  o_xn = c.add(chunk_ > 0 ? M * E * f : 0), o_tmp = c.add(chunk_ > 0 ? M * tmp_w * f : 0);
     const size_t groups =
-        grouped_ ? static_cast<size_t>(moe_group_max_groups(static_cast<int>(M) * k, hy.n_expert + 1)) : 0;
+        grouped_ ? static_cast<size_t>(moe_group_max_groups(static_cast<int>(M) * k, hp_.moe.n_expert + 1))
+                 : 0;
     const size_t g_rows = groups * kMoeGroupRows;
     const size_t o_gexp = c.add(groups * 4), o_srow = c.add(grouped_ ? M * k * 4 : 0),
                  o_rslot = c.add(g_rows * 4), o_xg = c.add(g_rows * E * f),
@@ -193,12 +198,12 @@ Status CudaHybridForward::init() {
     // The conv folded into deltanet_step for micro-batches (PELICAN_DN_CONV_FOLD=0: two kernels), decided
     // once.
     conv_fold_ = s.n_v_heads > 0 && env_switch_on("PELICAN_DN_CONV_FOLD") &&
-                 deltanet_conv_fold_supported(hy.conv_kernel, s.n_k_heads, s.n_v_heads, s.d_k);
+                 deltanet_conv_fold_supported(hp_.deltanet.conv_kernel, s.n_k_heads, s.n_v_heads, s.d_k);
     // The one-kernel decode MoE blocks, decided once (this also sets the kernels' attributes, outside any
     // graph capture).
-    if (hy.moe) {
+    if (hp_.has(Ffn::kMoe)) {
         for (int il = 0; il < hp_.n_layer; ++il)
-            if (fused_moe_check(gm_->hybrid_layer(il))) fused_moe_layers_.push_back(&gm_->hybrid_layer(il));
+            if (fused_moe_check(gm_->layer(il))) fused_moe_layers_.push_back(&gm_->layer(il));
         if (has_mtp() && fused_moe_check(gm_->mtp().layer)) fused_moe_layers_.push_back(&gm_->mtp().layer);
     }
     PELICAN_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, scratch_.size(), stream_));  // the attention

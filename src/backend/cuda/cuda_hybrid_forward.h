@@ -112,28 +112,28 @@ private:
     // Queues one micro-batch of n <= kMicro tokens (ids, pos: device) through every layer; when
     // logits, the LM head: the last token's logits into logits_ row 0 (every token's when all_rows).
     void enqueue_micro(int n, const int32_t* ids, const int32_t* pos, bool all_rows, bool logits = true);
-    void deltanet_layer(const GpuHybridLayer& L, int slot, int n);
-    void attention_layer(const GpuHybridLayer& L, int slot, int n, const int32_t* pos);
+    void deltanet_layer(const GpuLayer& L, int slot, int n);
+    void attention_layer(const GpuLayer& L, int slot, int n, const int32_t* pos);
     // chunk: a prompt chunk of up to chunk_ tokens (GEMMs through mm_ for the router, the shared
     // expert and the dense MLP; the routed experts in expert-slot GEMVs as in a micro-batch).
-    void moe_block(const GpuHybridLayer& L, int n, bool chunk = false);
-    bool fused_router_ok(const GpuHybridLayer& L) const;
+    void moe_block(const GpuLayer& L, int n, bool chunk = false);
+    bool fused_router_ok(const GpuLayer& L) const;
     // The whole decode MoE block in one kernel (moe_fused.h): fused_moe_check = the fused router's
     // conditions, the shared expert stacked, and moe_fused_use (a supported type pair and shape where it
     // is the faster), evaluated once per layer at creation into fused_moe_layers_; fused_moe_ok looks it up.
-    bool fused_moe_check(const GpuHybridLayer& L) const;
-    bool fused_moe_ok(const GpuHybridLayer& L) const;
-    void moe_fused_block(const GpuHybridLayer& L);
+    bool fused_moe_check(const GpuLayer& L) const;
+    bool fused_moe_ok(const GpuLayer& L) const;
+    void moe_fused_block(const GpuLayer& L);
     // The routed experts of n tokens x ko slots: slot-wise GEMVs (eact_, eout_), or for prompt chunks
     // grouped by expert (xg_, eactg_, eoutg_; slot s at row slot_row_[s]).
-    void moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk, bool fused_combine = false);
-    void moe_grouped_experts(const GpuHybridLayer& L, int n, int ko);
-    void mlp_block(const GpuHybridLayer& L, int n, bool chunk = false);
-    DeltaNetStepArgs deltanet_args(const GpuHybridLayer& L, int slot, int n) const;
+    void moe_slot_experts(const GpuLayer& L, int n, int ko, bool chunk, bool fused_combine = false);
+    void moe_grouped_experts(const GpuLayer& L, int n, int ko);
+    void mlp_block(const GpuLayer& L, int n, bool chunk = false);
+    DeltaNetStepArgs deltanet_args(const GpuLayer& L, int slot, int n) const;
     // ---- prompt chunks (cuda_hybrid_chunk.cpp): every layer over n <= chunk_ tokens at once ----
     void enqueue_chunk(int n, const int32_t* ids, const int32_t* pos, int64_t pos0);
-    void chunk_deltanet(const GpuHybridLayer& L, int slot, int n);
-    void chunk_attention(const GpuHybridLayer& L, int slot, int n, const int32_t* pos, int64_t pos0);
+    void chunk_deltanet(const GpuLayer& L, int slot, int n);
+    void chunk_attention(const GpuLayer& L, int slot, int n, const int32_t* pos, int64_t pos0);
     // x_ += x W^T (through tmp_).
     void mm_residual(const GpuMatrix& w, const float* x, int n);
     // down(silu(gate) * up) of xn_ into y [n, n_embd], or added to x_ when residual.
@@ -163,7 +163,7 @@ private:
     const bool want_graph_;
     std::vector<int> kv_slot_, rec_slot_;  // [n_layer] cache / state slot of each layer (-1: none)
     int n_full_ = 0, n_linear_ = 0;
-    int64_t w_dn_ = 0, w_at_ = 0;  // in_proj / qkvg output widths
+    int64_t w_dn_ = 0, w_at_ = 0;  // in_proj / gated attention qkv ([q | k | v | gate]) output widths
 
     cudaStream_t stream_ = nullptr;
     DeviceBuffer kv_k_, kv_v_, state_, scratch_, io_;
@@ -173,7 +173,7 @@ private:
     float* x_ = nullptr;       // [M, n_embd] residual stream
     float* xn_ = nullptr;      // [M, n_embd] normed x (prompt chunks)
     float* tmp_ = nullptr;     // [M, max GEMM width] GEMM outputs (prompt chunks)
-    float* proj_ = nullptr;    // [M, max(w_dn_, w_at_)] in_proj / qkvg outputs
+    float* proj_ = nullptr;    // [M, max(w_dn_, w_at_)] in_proj / gated attention qkv outputs
     float* conv_ = nullptr;    // [M, conv_dim]
     float* core_ = nullptr;    // [M, max(value_dim, q_dim, n_embd)] DeltaNet / attention outputs; MTP norms
     float* gu_ = nullptr;      // [M, 2 * max ff] split gate/up parts
@@ -181,8 +181,8 @@ private:
     float* router_ = nullptr;  // [M, n_expert + 1]
     int32_t* ids_ = nullptr;   // [M, ko] expert ids (ko = k, or k + 1 with the shared expert as a slot)
     float* wts_ = nullptr;     // [M, ko] expert weights
-    unsigned* router_ctr_ = nullptr;  // moe_router_route's arrival counter (zeroed scratch)
-    std::vector<const GpuHybridLayer*> fused_moe_layers_;  // layers (and the MTP layer) with fused_moe_check
+    unsigned* router_ctr_ = nullptr;                 // moe_router_route's arrival counter (zeroed scratch)
+    std::vector<const GpuLayer*> fused_moe_layers_;  // layers (and the MTP layer) with fused_moe_check
     bool conv_fold_ =
         false;  // deltanet_layer folds the conv into deltanet_step (deltanet_conv_fold_supported)
     unsigned long long* moe_bar_ = nullptr;  // moe_fused_decode's grid barrier count (zeroed scratch)

@@ -15,7 +15,6 @@
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_fused.h"
 #include "core/env.h"
-#include "model/hybrid_hparams.h"
 #include "model/model.h"
 
 namespace pelican::cuda {
@@ -28,7 +27,7 @@ void CudaHybridForward::gemv_parts(const std::vector<GpuPart>& parts, const floa
         a.n_tok = n;
         a.norm_w = norm;
         a.norm_eps = hp_.rms_eps;
-        a.norm_one_plus = true;  // every hybrid layer norm is zero-centred
+        a.norm_one_plus = true;  // every norm is zero-centred (create() takes no other model)
         a.glu = glu_single;
         a.y = y + p.row0;
         a.y_stride = width;
@@ -38,7 +37,7 @@ void CudaHybridForward::gemv_parts(const std::vector<GpuPart>& parts, const floa
 
 // The DeltaNet step over n tokens of proj_ (z, b, a columns) and conv_ (Q|K|V after the conv) into
 // core_, for the state of recurrent slot `slot`.
-DeltaNetStepArgs CudaHybridForward::deltanet_args(const GpuHybridLayer& L, int slot, int n) const {
+DeltaNetStepArgs CudaHybridForward::deltanet_args(const GpuLayer& L, int slot, int n) const {
     DeltaNetStepArgs d = deltanet_layer_args(hp_, L.linear, proj_, w_dn_, conv_, core_, n);
     d.state = ssm_state(slot);
     return d;
@@ -50,9 +49,8 @@ static bool fused_combine_enabled() {
     return on;
 }
 
-void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n) {
-    const HybridHParams& hy = *hp_.hybrid;
-    const int64_t cd = hy.linear.conv_dim();
+void CudaHybridForward::deltanet_layer(const GpuLayer& L, int slot, int n) {
+    const int64_t cd = hp_.deltanet.linear.conv_dim();
     // proj_ rows [w_dn_]: [Q|K|V (cd) | z (vd) | b (nv) | a (nv)] = W rms_norm_zc(x); conv_ = the
     // conv + SiLU of the Q|K|V columns (or the conv inside deltanet_step, reading proj_).
     gemv_parts(L.linear.in_proj, L.attn_norm, n, proj_, w_dn_, false);
@@ -63,9 +61,10 @@ void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n)
         d.conv_in_stride = w_dn_;
         d.conv_w = L.linear.conv;
         d.conv_state = conv_state(slot);
-        d.conv_kernel = hy.conv_kernel;
+        d.conv_kernel = hp_.deltanet.conv_kernel;
     } else {
-        conv1d_silu(proj_, w_dn_, n, cd, hy.conv_kernel, L.linear.conv, conv_state(slot), conv_, stream_);
+        conv1d_silu(proj_, w_dn_, n, cd, hp_.deltanet.conv_kernel, L.linear.conv, conv_state(slot), conv_,
+                    stream_);
     }
     deltanet_step(d, stream_);
     // x += W_out core
@@ -77,10 +76,10 @@ void CudaHybridForward::deltanet_layer(const GpuHybridLayer& L, int slot, int n)
     gemv(L.linear.out, o, stream_);
 }
 
-void CudaHybridForward::attention_layer(const GpuHybridLayer& L, int slot, int n, const int32_t* pos) {
+void CudaHybridForward::attention_layer(const GpuLayer& L, int slot, int n, const int32_t* pos) {
     const int64_t Q = hp_.q_dim(), KV = hp_.kv_dim();
     // proj_ rows [w_at_]: [q | k | v | gate] = W rms_norm_zc(x)
-    gemv_parts(L.attn.qkvg, L.attn_norm, n, proj_, w_at_, false);
+    gemv_parts(L.attn.qkv, L.attn_norm, n, proj_, w_at_, false);
     RopeStoreArgs r = rope_store_args(hp_, *gm_, rope_table_, proj_, n, pos, kv(slot));
     r.row_stride = w_at_;  // rows [q | k | v | gate]
     r.q_norm = L.attn.q_norm;
@@ -123,7 +122,7 @@ void CudaHybridForward::swiglu_mlp(const std::vector<GpuPart>& gate_up, const Gp
     gemv(down, d, stream_);
 }
 
-void CudaHybridForward::mlp_block(const GpuHybridLayer& L, int n, bool chunk) {
+void CudaHybridForward::mlp_block(const GpuLayer& L, int n, bool chunk) {
     if (chunk) {
         rms_norm(x_, L.ffn_norm, xn_, n, hp_.n_embd, hp_.rms_eps, /*one_plus=*/true, stream_);
         mm_swiglu(L.mlp.gate_up, L.mlp.down, n, x_, true);
@@ -134,30 +133,27 @@ void CudaHybridForward::mlp_block(const GpuHybridLayer& L, int n, bool chunk) {
 
 // The fused decode router (moe_router_route) takes one stacked F32 router of n_expert + 1 rows (the
 // shared gate's last) with 16-byte aligned rows and x; PELICAN_FUSED_ROUTER=0 turns it off.
-bool CudaHybridForward::fused_router_ok(const GpuHybridLayer& L) const {
-    const HybridHParams& hy = *hp_.hybrid;
+bool CudaHybridForward::fused_router_ok(const GpuLayer& L) const {
     if (!moe_router_fused_enabled() || L.moe.router.size() != 1) return false;
     const GpuMatrix& r = L.moe.router[0].m;
-    return r.type == DType::F32 && r.n_out == hy.n_expert + 1 && r.n_in == hp_.n_embd &&
+    return r.type == DType::F32 && r.n_out == hp_.moe.n_expert + 1 && r.n_in == hp_.n_embd &&
            hp_.n_embd % 4 == 0 && hp_.n_embd <= kMoeRouterMaxEmbd && gpu_matrix_f32_row_floats(r) % 4 == 0 &&
            reinterpret_cast<uintptr_t>(gpu_matrix_f32_rows(r)) % 16 == 0;
 }
 
-bool CudaHybridForward::fused_moe_ok(const GpuHybridLayer& L) const {
+bool CudaHybridForward::fused_moe_ok(const GpuLayer& L) const {
     return std::find(fused_moe_layers_.begin(), fused_moe_layers_.end(), &L) != fused_moe_layers_.end();
 }
 
-bool CudaHybridForward::fused_moe_check(const GpuHybridLayer& L) const {
-    const HybridHParams& hy = *hp_.hybrid;
+bool CudaHybridForward::fused_moe_check(const GpuLayer& L) const {
     return L.moe.shared_in_experts && fused_router_ok(L) &&
-           moe_fused_use(L.moe.experts_gate_up, L.moe.experts_down, hp_.n_embd, hy.n_ff_expert, hy.n_expert,
-                         hy.n_expert_used);
+           moe_fused_use(L.moe.experts_gate_up, L.moe.experts_down, hp_.n_embd, hp_.moe.n_ff_expert,
+                         hp_.moe.n_expert, hp_.moe.n_expert_used);
 }
 
 // One token: router, top-k, the chosen and the shared experts' gate/up and down rows and the combine,
 // x += MoE(rms_norm_zc(x)), in one kernel.
-void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L) {
-    const HybridHParams& hy = *hp_.hybrid;
+void CudaHybridForward::moe_fused_block(const GpuLayer& L) {
     const GpuMatrix& r = L.moe.router[0].m;
     MoeFusedArgs a;
     a.x = x_;
@@ -167,12 +163,12 @@ void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L) {
     a.norm_one_plus = true;
     a.router_w = gpu_matrix_f32_rows(r);
     a.router_stride = gpu_matrix_f32_row_floats(r);
-    a.n_expert = hy.n_expert;
-    a.k = hy.n_expert_used;
+    a.n_expert = hp_.moe.n_expert;
+    a.k = hp_.moe.n_expert_used;
     a.renormalize = true;
     a.gate_up = L.moe.experts_gate_up;
     a.down = L.moe.experts_down;
-    a.n_ff = hy.n_ff_expert;
+    a.n_ff = hp_.moe.n_ff_expert;
     a.logits = router_;
     a.ids = ids_;
     a.weights = wts_;
@@ -181,14 +177,13 @@ void CudaHybridForward::moe_fused_block(const GpuHybridLayer& L) {
     moe_fused_decode(a, stream_);
 }
 
-void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
+void CudaHybridForward::moe_block(const GpuLayer& L, int n, bool chunk) {
     if (n == 1 && !chunk && fused_moe_ok(L)) {
         moe_fused_block(L);
         return;
     }
-    const HybridHParams& hy = *hp_.hybrid;
     const int64_t E = hp_.n_embd;
-    const int n_exp = hy.n_expert, k = hy.n_expert_used;
+    const int n_exp = hp_.moe.n_expert, k = hp_.moe.n_expert_used;
     // router_ rows [n_exp + 1]: expert logits, then the shared expert's gate logit.
     // With the shared expert stacked as expert n_exp it is slot k of every token (weight sigmoid(g)).
     const bool shared_slot = L.moe.shared_in_experts;
@@ -255,15 +250,13 @@ void CudaHybridForward::moe_block(const GpuHybridLayer& L, int n, bool chunk) {
 }
 
 // One expert-slot GEMV pair over n tokens x ko slots (eact_, eout_ rows = slots).
-void CudaHybridForward::moe_slot_experts(const GpuHybridLayer& L, int n, int ko, bool chunk,
-                                         bool fused_combine) {
-    const HybridHParams& hy = *hp_.hybrid;
-    const int64_t E = hp_.n_embd, ff_e = hy.n_ff_expert;
+void CudaHybridForward::moe_slot_experts(const GpuLayer& L, int n, int ko, bool chunk, bool fused_combine) {
+    const int64_t E = hp_.n_embd, ff_e = hp_.moe.n_ff_expert;
     ExpertSlotCombine comb;
     if (fused_combine) comb = {comb_ctr_, wts_, x_, x_};  // one token: x += sum_j w_j y_j in the GEMV's tail
     // Prompt chunks: xn_ holds rms_norm_zc(x) already; else the norm is the GEMV's prologue.
-    expert_slot_gemvs(L.moe, chunk ? xn_ : x_, chunk ? nullptr : L.ffn_norm, hp_.rms_eps, ids_, n * ko, ko, E,
-                      ff_e, eact_, eout_, stream_, comb);
+    expert_slot_gemvs(L.moe, chunk ? xn_ : x_, chunk ? nullptr : L.ffn_norm, hp_.rms_eps,
+                      /*norm_one_plus=*/true, ids_, n * ko, ko, E, ff_e, eact_, eout_, stream_, comb);
 }
 
 // PELICAN_MOE_MMA=0: grouped experts of prompt chunks through the GEMVs, not the tensor-core kernel.
@@ -275,10 +268,9 @@ static bool moe_mma_enabled() {
 // Prompt chunks: the n x ko slots grouped by expert (moe_group_slots), the normed rows gathered per
 // group (xg_), then the expert GEMVs with 8 token rows per group, each chosen expert read once per
 // group: eactg_, eoutg_ rows = groups x 8 (slot s at row slot_row_[s]).
-void CudaHybridForward::moe_grouped_experts(const GpuHybridLayer& L, int n, int ko) {
-    const HybridHParams& hy = *hp_.hybrid;
-    const int64_t E = hp_.n_embd, ff_e = hy.n_ff_expert;
-    const int slots = n * ko, n_ids = hy.n_expert + (L.moe.shared_in_experts ? 1 : 0);
+void CudaHybridForward::moe_grouped_experts(const GpuLayer& L, int n, int ko) {
+    const int64_t E = hp_.n_embd, ff_e = hp_.moe.n_ff_expert;
+    const int slots = n * ko, n_ids = hp_.moe.n_expert + (L.moe.shared_in_experts ? 1 : 0);
     const int groups = moe_group_max_groups(slots, n_ids);
     const int64_t rows = static_cast<int64_t>(groups) * kMoeGroupRows;
     MoeGroupArgs ga;
@@ -322,7 +314,7 @@ void CudaHybridForward::enqueue_mtp(int n, const int32_t* ids, const int32_t* po
     fc.y = x_;
     gemv(M.fc, fc, stream_);
     attention_layer(M.layer, n_full_, n, pos);
-    if (hp_.hybrid->moe)
+    if (M.layer.kind.ffn == Ffn::kMoe)
         moe_block(M.layer, n);
     else
         mlp_block(M.layer, n);
@@ -337,14 +329,13 @@ void CudaHybridForward::enqueue_micro(int n, const int32_t* ids, const int32_t* 
     const int64_t E = hp_.n_embd;
     get_rows(gm_->tok_embd(), gm_->tok_embd_type(), E, gm_->tok_embd_row_bytes(), ids, n, hp_.embd_scale, x_,
              stream_);
-    const bool moe = hp_.hybrid->moe;
     for (int il = 0; il < hp_.n_layer; ++il) {
-        const GpuHybridLayer& L = gm_->hybrid_layer(il);
-        if (L.full_attention)
+        const GpuLayer& L = gm_->layer(il);
+        if (L.kind.mixer == Mixer::kGatedAttention)
             attention_layer(L, kv_slot_[static_cast<size_t>(il)], n, pos);
         else
             deltanet_layer(L, rec_slot_[static_cast<size_t>(il)], n);
-        if (moe)
+        if (L.kind.ffn == Ffn::kMoe)
             moe_block(L, n);
         else
             mlp_block(L, n);

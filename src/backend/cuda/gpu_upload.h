@@ -1,5 +1,5 @@
-// Upload helpers shared by GpuModel::upload (gpu_model.cpp: the dense Llama family) and its hybrid
-// Qwen3.5 part (gpu_model_hybrid.cpp). Internal to those files.
+// Upload helpers shared by GpuModel::upload's parts (gpu_model.cpp: attention and SwiGLU layers;
+// gpu_model_hybrid.cpp: gated attention, Gated DeltaNet, MoE, MTP). Internal to those files.
 //
 //   Uploader up(model.path(), stream);
 //   PELICAN_TRY(up.stack({&l.wq, &l.wk, &l.wv}, "blk.3.attn_q+attn_k+attn_v", m));   // one matrix

@@ -6,7 +6,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/moe.h"
-#include "model/hybrid_hparams.h"
 
 namespace pelican::cuda {
 
@@ -48,7 +47,7 @@ AttnArgs decode_attn_args(const ModelHParams& hp, const float* q, int64_t q_stri
 
 DeltaNetStepArgs deltanet_layer_args(const ModelHParams& hp, const GpuDeltaNet& L, const float* proj,
                                      int64_t proj_stride, const float* conv_out, float* out, int n_tok) {
-    const DeltaNetShape& s = hp.hybrid->linear;
+    const DeltaNetShape& s = hp.deltanet.linear;
     const int64_t cd = s.conv_dim(), vd = s.value_dim(), nv = s.n_v_heads;
     DeltaNetStepArgs d;
     d.n_tok = n_tok;
@@ -106,14 +105,14 @@ void grouped_expert_stack(const GpuMatrix& w, bool glu, int64_t expert_rows, int
     gemv(w, g, stream);
 }
 
-void expert_slot_gemvs(const GpuMoe& moe, const float* x, const float* norm_w, float eps, const int32_t* ids,
-                       int slots, int ko, int64_t n_embd, int64_t ff_e, float* act, float* out,
-                       cudaStream_t stream, const ExpertSlotCombine& comb) {
+void expert_slot_gemvs(const GpuMoe& moe, const float* x, const float* norm_w, float eps, bool norm_one_plus,
+                       const int32_t* ids, int slots, int ko, int64_t n_embd, int64_t ff_e, float* act,
+                       float* out, cudaStream_t stream, const ExpertSlotCombine& comb) {
     GemvArgs g;
     g.x = x;
     g.norm_w = norm_w;
     g.norm_eps = eps;
-    g.norm_one_plus = true;
+    g.norm_one_plus = norm_one_plus;
     g.glu = true;
     g.expert_ids = ids;
     g.n_expert_slots = slots;

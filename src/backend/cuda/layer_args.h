@@ -1,6 +1,6 @@
-// Rope + KV-store and decode-attention arguments from a model's hyper-parameters, shared by the CUDA
-// forward passes (cuda_forward_layers.cpp, cuda_hybrid_layers.cpp); each adds what is its own (q/k
-// norms, row strides, workspace). Host code.
+// Per-layer kernel arguments from a model's hyper-parameters, shared by the CUDA forward passes
+// (cuda_forward_layers.cpp, cuda_hybrid_layers.cpp) and the executor (cuda_executor_*.cpp); each adds
+// what is its own (q/k norms, row strides, workspace). Host code.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,7 @@ RopeStoreArgs rope_store_args(const ModelHParams& hp, const GpuModel& gm, const 
 AttnArgs decode_attn_args(const ModelHParams& hp, const float* q, int64_t q_stride, int n_tok,
                           const int32_t* pos, const KvView& kv, float* out);
 
-// The DeltaNet step of hybrid layer L over n_tok rows of proj ([Q|K|V (conv_dim) | z | b | a], rows
+// The DeltaNet step of Gated DeltaNet layer L over n_tok rows of proj ([Q|K|V (conv_dim) | z | b | a], rows
 // proj_stride floats apart) after the conv (conv_out [n_tok, conv_dim]) into out [n_tok, value_dim];
 // the caller sets the state (and the runs fields).
 DeltaNetStepArgs deltanet_layer_args(const ModelHParams& hp, const GpuDeltaNet& L, const float* proj,
@@ -43,7 +43,8 @@ void grouped_expert_stack(const GpuMatrix& w, bool glu, int64_t expert_rows, int
 
 // The routed experts of `slots` expert slots (slot s = token s / ko's (s % ko)-th choice, ids [slots]) as the
 // two expert-slot GEMVs: act [slots, ff_e] = silu(gate) * up of x (token rows n_embd floats apart; the RMS
-// norm (1 + norm_w) as the prologue when norm_w is set), out [slots, n_embd] = down(act). With comb_ctr set
+// norm as the prologue when norm_w is set, weight 1 + norm_w when norm_one_plus), out [slots, n_embd] =
+// down(act). With comb_ctr set
 // (one token), the down GEMV's tail also does comb_y = comb_res + sum_s comb_w[s] out_s (gemv.h).
 struct ExpertSlotCombine {
     unsigned* ctr = nullptr;
@@ -51,9 +52,9 @@ struct ExpertSlotCombine {
     const float* res = nullptr;
     float* y = nullptr;
 };
-void expert_slot_gemvs(const GpuMoe& moe, const float* x, const float* norm_w, float eps, const int32_t* ids,
-                       int slots, int ko, int64_t n_embd, int64_t ff_e, float* act, float* out,
-                       cudaStream_t stream, const ExpertSlotCombine& comb = {});
+void expert_slot_gemvs(const GpuMoe& moe, const float* x, const float* norm_w, float eps, bool norm_one_plus,
+                       const int32_t* ids, int slots, int ko, int64_t n_embd, int64_t ff_e, float* act,
+                       float* out, cudaStream_t stream, const ExpertSlotCombine& comb = {});
 
 // The GPU sampler's parameters for a pass's StepSampling (the same fields).
 GpuSampleParams gpu_sample_params(const StepSampling& p);

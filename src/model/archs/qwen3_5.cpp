@@ -1,10 +1,10 @@
 // Qwen3.5 hybrid stack (qwen3_5_moe, dense qwen3_5): per layer a zero-centred RMSNorm, then either a
 // Gated DeltaNet (three layers in four) or gated full attention (per-head interleaved query/gate
 // projection, zero-centred q/k norms, partial NeoX rope), then a zero-centred RMSNorm and a routed-
-// experts + sigmoid-gated shared-expert MLP (qwen3_5_moe) or a SwiGLU MLP (qwen3_5). Not the shared
-// dense block: hyper-parameters in model/hybrid_hparams.*, weights in model/hybrid_weights.*, the CPU
-// pass in model/hybrid_forward*. GGUF names are llama.cpp's (qwen35moe, qwen35): loaded by
-// model/hybrid_weights.cpp, written by convert/convert_hybrid.cpp.
+// experts + sigmoid-gated shared-expert MLP (qwen3_5_moe) or a SwiGLU MLP (qwen3_5). Its layer plan
+// (LayerPlan::kLayerTypes) is read by model/qwen35_hparams.cpp and model/hparams.cpp, its weights by
+// model/qwen35_weights.cpp; GGUF names are llama.cpp's (qwen35moe, qwen35), written by
+// convert/convert_hybrid.cpp.
 #include "model/arch.h"
 
 namespace pelican {
@@ -19,7 +19,8 @@ const ArchSpec& arch_qwen35moe() {
         .gguf_write_name = "qwen35moe",
         .gguf_rope = RopeLayout::kNeox,
         .qk_norm = Need::Required,
-        .hybrid = true,
+        .layer_plan = LayerPlan::kLayerTypes,
+        .ffn = Ffn::kMoe,
     };
     return spec;
 }
@@ -34,14 +35,14 @@ const ArchSpec& arch_qwen35() {
         .gguf_write_name = "qwen35",
         .gguf_rope = RopeLayout::kNeox,
         .qk_norm = Need::Required,
-        .hybrid = true,
+        .layer_plan = LayerPlan::kLayerTypes,
     };
     return spec;
 }
 
 // Qwen3-Next (HF qwen3_next, e.g. Qwen3-Next-80B-A3B): the same hybrid MoE stack; its DeltaNet input
 // projections come fused and grouped per key head (in_proj_qkvz, in_proj_ba), split on load
-// (model/hybrid_weights.cpp). Hugging Face folders only: no GGUF read or write yet.
+// (model/qwen35_weights.cpp). Hugging Face folders only: no GGUF read or write yet.
 const ArchSpec& arch_qwen3next() {
     static constexpr std::string_view hf[] = {"qwen3_next"};
     static const ArchSpec spec{
@@ -51,7 +52,8 @@ const ArchSpec& arch_qwen3next() {
         .gguf_write_name = "",
         .gguf_rope = RopeLayout::kNeox,
         .qk_norm = Need::Required,
-        .hybrid = true,
+        .layer_plan = LayerPlan::kLayerTypes,
+        .ffn = Ffn::kMoe,
     };
     return spec;
 }

@@ -1,17 +1,15 @@
-// config.json -> ModelHParams + HybridHParams for the Qwen3.5 hybrid stack (model/hybrid_hparams.h).
-#include "model/hybrid_hparams.h"
-
+// config.json -> ModelHParams for the Qwen3.5 layer plan (LayerPlan::kLayerTypes, model/hparams.h): the
+// kinds of each layer from layer_types, the DeltaNet heads, the experts.
 #include "model/hparams.h"
 #include "model/rope_freq.h"
 
 namespace pelican {
 
-Expected<ModelHParams> hybrid_hparams_from_hf(const HfConfig& c, const ArchSpec& arch,
+Expected<ModelHParams> qwen35_hparams_from_hf(const HfConfig& c, const ArchSpec& arch,
                                               std::string_view source) {
     PELICAN_ASSIGN(ModelHParams hp, hparams_common_from_hf(c, arch, source));
 
-    HybridHParams h;
-    h.moe = arch.name == "qwen35moe" || arch.name == "qwen3next";
+    hp.norm_weight = NormWeight::kOnePlus;
     if (static_cast<int64_t>(c.layer_types.size()) != c.num_hidden_layers)
         return make_error("{}: layer_types has {} entries for {} layers", source, c.layer_types.size(),
                           c.num_hidden_layers);
@@ -20,15 +18,19 @@ Expected<ModelHParams> hybrid_hparams_from_hf(const HfConfig& c, const ArchSpec&
         if (t != "full_attention" && t != "linear_attention")
             return make_error("{}: layer_types[{}] is \"{}\" (expected full_attention or linear_attention)",
                               source, i, t);
-        h.full_attention.push_back(t == "full_attention" ? 1 : 0);
+        hp.layer.push_back(
+            LayerKind{t == "full_attention" ? Mixer::kGatedAttention : Mixer::kDeltaNet, arch.ffn});
     }
+    DeltaNetHParams& h = hp.deltanet;
     h.linear = DeltaNetShape{.n_k_heads = static_cast<int>(c.linear_num_key_heads),
                              .n_v_heads = static_cast<int>(c.linear_num_value_heads),
                              .d_k = static_cast<int>(c.linear_key_head_dim),
                              .d_v = static_cast<int>(c.linear_value_head_dim)};
     h.conv_kernel = static_cast<int>(c.linear_conv_kernel_dim > 0 ? c.linear_conv_kernel_dim : 4);
-    h.n_mtp_layers = c.mtp_num_hidden_layers;
-    if (h.n_linear_layers() > 0) {
+    hp.n_mtp_layers = c.mtp_num_hidden_layers;
+    if (hp.n_mtp_layers < 0 || hp.n_mtp_layers > 64)
+        return make_error("{}: mtp_num_hidden_layers {} is out of range (0 to 64)", source, hp.n_mtp_layers);
+    if (hp.has(Mixer::kDeltaNet)) {
         if (h.linear.n_k_heads <= 0 || h.linear.n_v_heads <= 0 || h.linear.d_k <= 0 || h.linear.d_v <= 0)
             return make_error(
                 "{}: linear_num_key_heads, linear_num_value_heads, linear_key_head_dim and "
@@ -43,22 +45,22 @@ Expected<ModelHParams> hybrid_hparams_from_hf(const HfConfig& c, const ArchSpec&
             return make_error("{}: linear_conv_kernel_dim {} is above the supported 16", source,
                               h.conv_kernel);
     }
-    if (h.moe) {
-        h.n_expert = static_cast<int>(c.num_experts);
-        h.n_expert_used = static_cast<int>(c.num_experts_per_tok);
-        h.n_ff_expert = c.moe_intermediate_size;
-        h.n_ff_shared = c.shared_expert_intermediate_size;
-        if (h.n_expert <= 0 || h.n_expert_used <= 0 || h.n_expert_used > h.n_expert || h.n_ff_expert <= 0 ||
-            h.n_ff_shared <= 0)
+    if (arch.ffn == Ffn::kMoe) {
+        MoeHParams& m = hp.moe;
+        m.n_expert = static_cast<int>(c.num_experts);
+        m.n_expert_used = static_cast<int>(c.num_experts_per_tok);
+        m.n_ff_expert = c.moe_intermediate_size;
+        m.n_ff_shared = c.shared_expert_intermediate_size;
+        if (m.n_expert <= 0 || m.n_expert_used <= 0 || m.n_expert_used > m.n_expert || m.n_ff_expert <= 0 ||
+            m.n_ff_shared <= 0)
             return make_error(
                 "{}: {} needs num_experts, num_experts_per_tok (<= num_experts), moe_intermediate_size and "
                 "shared_expert_intermediate_size > 0 (found {}, {}, {}, {})",
-                source, arch.name, h.n_expert, h.n_expert_used, h.n_ff_expert, h.n_ff_shared);
-        hp.n_ff = h.n_ff_expert;
+                source, arch.name, m.n_expert, m.n_expert_used, m.n_ff_expert, m.n_ff_shared);
+        hp.n_ff = m.n_ff_expert;
     } else {
         hp.n_ff = c.intermediate_size;
     }
-    hp.hybrid = std::move(h);
     PELICAN_TRY(validate_hparams(hp, source));
     PELICAN_ASSIGN(RopeFreqs freqs,
                    compute_rope_freqs(hp.rope_dim, hp.rope_theta, c.rope_scaling ? &*c.rope_scaling : nullptr,

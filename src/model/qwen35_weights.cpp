@@ -1,5 +1,6 @@
-// Loading of the hybrid Qwen3.5 weights from a Hugging Face folder (model/hybrid_weights.h).
-#include "model/hybrid_weights.h"
+// Loading of the Qwen3.5 stack's weights (LayerPlan::kLayerTypes) from a Hugging Face folder or a
+// llama.cpp GGUF (model/weights.h load_qwen35_weights).
+#include "model/weights.h"
 
 #include <cmath>
 #include <cstring>
@@ -14,7 +15,7 @@ namespace {
 // Lookups by HF name with shapes in torch order (slowest first).
 class HfLoader {
 public:
-    HfLoader(const WeightSource& src, HybridWeights& hw, const WeightLoadOptions& opt)
+    HfLoader(const WeightSource& src, ModelWeights& hw, const WeightLoadOptions& opt)
         : src_(src), hw_(hw), opt_(opt) {}
 
     Expected<std::optional<Tensor>> get(const std::string& name, std::vector<int64_t> shape, bool required) {
@@ -112,11 +113,14 @@ public:
 
 private:
     const WeightSource& src_;
-    HybridWeights& hw_;
+    ModelWeights& hw_;
     const WeightLoadOptions& opt_;
 };
 
 // True when every expert matrix is the Weight's own copy (none views the mapped experts tensor).
+// The MTP block's decoder layers: gated attention with the stack's FFN.
+LayerKind mtp_kind(const ModelHParams& hp) { return LayerKind{Mixer::kGatedAttention, hp.arch->ffn}; }
+
 bool all_copied(const std::vector<SwigluWeights>& experts) {
     for (const SwigluWeights& s : experts)
         if (!s.gate.owns_data() || !s.up.owns_data() || !s.down.owns_data()) return false;
@@ -131,7 +135,7 @@ Status load_swiglu(HfLoader& L, const std::string& p, int64_t e, int64_t ff, Swi
 }
 
 Status load_moe(HfLoader& L, const std::string& p, const ModelHParams& hp, MoeWeights& w) {
-    const HybridHParams& h = *hp.hybrid;
+    const MoeHParams& h = hp.moe;
     const int64_t e = hp.n_embd, ff = h.n_ff_expert, E = h.n_expert;
     PELICAN_ASSIGN(w.router, L.matrix(p + "gate.weight", E, e));
     PELICAN_TRY(load_swiglu(L, p + "shared_expert.", e, h.n_ff_shared, w.shared));
@@ -160,7 +164,7 @@ Status load_moe(HfLoader& L, const std::string& p, const ModelHParams& hp, MoeWe
     return {};
 }
 
-Status load_attention(HfLoader& L, const std::string& p, const ModelHParams& hp, GatedAttentionWeights& w) {
+Status load_attention(HfLoader& L, const std::string& p, const ModelHParams& hp, AttentionWeights& w) {
     const int64_t e = hp.n_embd, q = hp.q_dim(), kv = hp.kv_dim();
     PELICAN_ASSIGN(w.wq, L.matrix(p + "q_proj.weight", 2 * q, e));
     PELICAN_ASSIGN(w.wk, L.matrix(p + "k_proj.weight", kv, e));
@@ -172,7 +176,7 @@ Status load_attention(HfLoader& L, const std::string& p, const ModelHParams& hp,
 }
 
 Status load_deltanet(HfLoader& L, const std::string& p, const ModelHParams& hp, DeltaNetWeights& w) {
-    const HybridHParams& h = *hp.hybrid;
+    const DeltaNetHParams& h = hp.deltanet;
     const int64_t e = hp.n_embd, nv = h.linear.n_v_heads, cd = h.linear.conv_dim(), vd = h.linear.value_dim();
     const int64_t kd = h.linear.key_dim();
     PELICAN_ASSIGN(std::optional<Tensor> qkvz, L.get(p + "in_proj_qkvz.weight", {2 * kd + 2 * vd, e}, false));
@@ -213,17 +217,17 @@ Status load_deltanet(HfLoader& L, const std::string& p, const ModelHParams& hp, 
     return {};
 }
 
-// One decoder layer under prefix p ("model.layers.3."); `full` picks the mixer.
-Status load_layer(HfLoader& L, const std::string& p, const ModelHParams& hp, bool full,
-                  HybridLayerWeights& l) {
-    l.full_attention = full;
+// One decoder layer of kind k under prefix p ("model.layers.3.").
+Status load_layer(HfLoader& L, const std::string& p, const ModelHParams& hp, LayerKind k, LayerWeights& l) {
+    l.kind = k;
+    const bool full = k.mixer == Mixer::kGatedAttention;
     PELICAN_ASSIGN(l.attn_norm, L.vec(p + "input_layernorm.weight", hp.n_embd));
     PELICAN_ASSIGN(l.ffn_norm, L.vec(p + "post_attention_layernorm.weight", hp.n_embd));
     if (full)
         PELICAN_TRY(load_attention(L, p + "self_attn.", hp, l.attn));
     else
         PELICAN_TRY(load_deltanet(L, p + "linear_attn.", hp, l.linear));
-    if (hp.hybrid->moe) return load_moe(L, p + "mlp.", hp, l.moe);
+    if (k.ffn == Ffn::kMoe) return load_moe(L, p + "mlp.", hp, l.moe);
     return load_swiglu(L, p + "mlp.", hp.n_embd, hp.n_ff, l.mlp);
 }
 
@@ -235,11 +239,11 @@ Status load_mtp(HfLoader& L, const ModelHParams& hp, MtpWeights& m) {
     PELICAN_ASSIGN(m.norm_embd, L.vec("mtp.pre_fc_norm_embedding.weight", hp.n_embd));
     PELICAN_ASSIGN(m.norm_hidden, L.vec("mtp.pre_fc_norm_hidden.weight", hp.n_embd));
     PELICAN_ASSIGN(m.norm, L.vec("mtp.norm.weight", hp.n_embd));
-    const int64_t n = std::max<int64_t>(hp.hybrid->n_mtp_layers, 1);
+    const int64_t n = std::max<int64_t>(hp.n_mtp_layers, 1);
     m.layers.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i)
-        PELICAN_TRY(
-            load_layer(L, fmt::format("mtp.layers.{}.", i), hp, true, m.layers[static_cast<size_t>(i)]));
+        PELICAN_TRY(load_layer(L, fmt::format("mtp.layers.{}.", i), hp, mtp_kind(hp),
+                               m.layers[static_cast<size_t>(i)]));
     return {};
 }
 
@@ -261,7 +265,7 @@ Status gguf_swiglu(HfLoader& L, const std::string& p, const std::string& sfx, in
 }
 
 Status gguf_moe(HfLoader& L, const std::string& p, const ModelHParams& hp, MoeWeights& w) {
-    const HybridHParams& h = *hp.hybrid;
+    const MoeHParams& h = hp.moe;
     const int64_t e = hp.n_embd, ff = h.n_ff_expert, E = h.n_expert;
     PELICAN_ASSIGN(w.router, L.matrix(p + "ffn_gate_inp.weight", E, e));
     PELICAN_TRY(gguf_swiglu(L, p, "_shexp", e, h.n_ff_shared, w.shared));
@@ -303,15 +307,15 @@ Status gguf_moe(HfLoader& L, const std::string& p, const ModelHParams& hp, MoeWe
     return {};
 }
 
-Status gguf_layer(HfLoader& L, const std::string& p, const ModelHParams& hp, bool full,
-                  HybridLayerWeights& l) {
-    const HybridHParams& h = *hp.hybrid;
+Status gguf_layer(HfLoader& L, const std::string& p, const ModelHParams& hp, LayerKind k, LayerWeights& l) {
+    const DeltaNetHParams& h = hp.deltanet;
     const int64_t e = hp.n_embd;
-    l.full_attention = full;
+    l.kind = k;
+    const bool full = k.mixer == Mixer::kGatedAttention;
     PELICAN_ASSIGN(l.attn_norm, L.vec_mapped(p + "attn_norm.weight", e, zc_from_gguf));
     PELICAN_ASSIGN(l.ffn_norm, L.vec_mapped(p + "post_attention_norm.weight", e, zc_from_gguf));
     if (full) {
-        GatedAttentionWeights& a = l.attn;
+        AttentionWeights& a = l.attn;
         const int64_t q = hp.q_dim(), kv = hp.kv_dim();
         PELICAN_ASSIGN(a.wq, L.matrix(p + "attn_q.weight", 2 * q, e));
         PELICAN_ASSIGN(a.wk, L.matrix(p + "attn_k.weight", kv, e));
@@ -332,12 +336,12 @@ Status gguf_layer(HfLoader& L, const std::string& p, const ModelHParams& hp, boo
         PELICAN_ASSIGN(d.norm, L.vec(p + "ssm_norm.weight", h.linear.d_v));
         PELICAN_ASSIGN(d.out, L.matrix(p + "ssm_out.weight", e, vd));
     }
-    if (h.moe) return gguf_moe(L, p, hp, l.moe);
+    if (k.ffn == Ffn::kMoe) return gguf_moe(L, p, hp, l.moe);
     return gguf_swiglu(L, p, "", e, hp.n_ff, l.mlp);
 }
 
 Status gguf_mtp(HfLoader& L, const ModelHParams& hp, MtpWeights& m, const float* output_norm) {
-    if (hp.hybrid->n_mtp_layers <= 0) return {};
+    if (hp.n_mtp_layers <= 0) return {};
     const int64_t e = hp.n_embd;
     const std::string p = fmt::format("blk.{}.", hp.n_layer);
     m.present = true;
@@ -357,12 +361,13 @@ Status gguf_mtp(HfLoader& L, const ModelHParams& hp, MtpWeights& m, const float*
                               L.src().path(), p, own);
     }
     m.layers.resize(1);
-    return gguf_layer(L, p, hp, true, m.layers[0]);
+    return gguf_layer(L, p, hp, mtp_kind(hp), m.layers[0]);
 }
 
-Expected<HybridWeights> load_hybrid_gguf(const WeightSource& src, ModelHParams& hp, ModelWeights& base,
-                                         const WeightLoadOptions& opt) {
-    HybridWeights hw;
+Expected<ModelWeights> load_qwen35_gguf(const WeightSource& src, ModelHParams& hp,
+                                        const WeightLoadOptions& opt) {
+    ModelWeights hw;
+    ModelWeights& base = hw;
     HfLoader L(src, hw, opt);
     PELICAN_ASSIGN(std::optional<Tensor> embd, src.find("token_embd.weight"));
     if (!embd) return make_error("{}: missing tensor token_embd.weight", src.path());
@@ -381,8 +386,7 @@ Expected<HybridWeights> load_hybrid_gguf(const WeightSource& src, ModelHParams& 
     share_tied_embedding(base);
     hw.layers.resize(static_cast<size_t>(hp.n_layer));
     for (int64_t i = 0; i < hp.n_layer; ++i)
-        PELICAN_TRY(gguf_layer(L, fmt::format("blk.{}.", i), hp,
-                               hp.hybrid->full_attention[static_cast<size_t>(i)] != 0,
+        PELICAN_TRY(gguf_layer(L, fmt::format("blk.{}.", i), hp, hp.layer[static_cast<size_t>(i)],
                                hw.layers[static_cast<size_t>(i)]));
     PELICAN_TRY(gguf_mtp(L, hp, hw.mtp, base.output_norm));
     src.release_pages_again();
@@ -391,11 +395,13 @@ Expected<HybridWeights> load_hybrid_gguf(const WeightSource& src, ModelHParams& 
 
 }  // namespace
 
-Expected<HybridWeights> load_hybrid_weights(const WeightSource& src, ModelHParams& hp, ModelWeights& base,
-                                            const WeightLoadOptions& opt) {
-    if (!hp.hybrid) return make_error("{}: {} is not a hybrid (Qwen3.5) model", src.path(), hp.arch->name);
-    if (src.is_gguf()) return load_hybrid_gguf(src, hp, base, opt);
-    HybridWeights hw;
+Expected<ModelWeights> load_qwen35_weights(const WeightSource& src, ModelHParams& hp,
+                                           const WeightLoadOptions& opt) {
+    if (hp.arch->layer_plan != LayerPlan::kLayerTypes)
+        return make_error("{}: {} does not use the Qwen3.5 tensor names", src.path(), hp.arch->name);
+    if (src.is_gguf()) return load_qwen35_gguf(src, hp, opt);
+    ModelWeights hw;
+    ModelWeights& base = hw;
     HfLoader L(src, hw, opt);
     PELICAN_ASSIGN(std::optional<Tensor> embd, src.find("model.language_model.embed_tokens.weight"));
     hw.prefix = "model.language_model.";
@@ -425,8 +431,7 @@ Expected<HybridWeights> load_hybrid_weights(const WeightSource& src, ModelHParam
     hw.layers.resize(static_cast<size_t>(hp.n_layer));
     for (int64_t i = 0; i < hp.n_layer; ++i)
         PELICAN_TRY(load_layer(L, fmt::format("{}layers.{}.", hw.prefix, i), hp,
-                               hp.hybrid->full_attention[static_cast<size_t>(i)] != 0,
-                               hw.layers[static_cast<size_t>(i)]));
+                               hp.layer[static_cast<size_t>(i)], hw.layers[static_cast<size_t>(i)]));
     PELICAN_TRY(load_mtp(L, hp, hw.mtp));
     src.release_pages_again();
     return hw;
