@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_hybrid_forward.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gpu_model.h"
+#include "backend/cuda/tuning.h"
 #include "convert/synthetic.h"
 #include "golden_test_util.h"
 #include "model/hybrid_forward.h"
@@ -52,15 +53,17 @@ protected:
         EXPECT_FALSE(v.empty()) << "reference.safetensors has no " << name;
         return v;
     }
-    // chunk false: prompts in micro-batches of 8 (PELICAN_HYBRID_CHUNK=0 at creation).
-    // grouped false: the chunk's experts slot by slot (PELICAN_MOE_GROUPED=0).
+    // chunk false: prompts in micro-batches of 8 (tuning hybrid_chunk off at creation).
+    // grouped false: the chunk's experts slot by slot (tuning moe_grouped off).
     std::unique_ptr<cuda::CudaHybridForward> pass(int64_t n_batch = 512, bool chunk = true,
                                                   bool grouped = true) {
-        if (!chunk) setenv("PELICAN_HYBRID_CHUNK", "0", 1);
-        if (!grouped) setenv("PELICAN_MOE_GROUPED", "0", 1);
+        const cuda::CudaTuning saved = cuda::cuda_tuning();
+        cuda::CudaTuning t = saved;
+        t.hybrid_chunk = chunk;
+        t.moe_grouped = grouped;
+        cuda::set_cuda_tuning(t);
         auto f = cuda::CudaHybridForward::create(gm_, ForwardOptions{.n_ctx = 512, .n_batch = n_batch});
-        unsetenv("PELICAN_HYBRID_CHUNK");
-        unsetenv("PELICAN_MOE_GROUPED");
+        cuda::set_cuda_tuning(saved);
         EXPECT_TRUE(f.ok()) << f.error().message;
         return f.ok() ? std::move(f).value() : nullptr;
     }

@@ -17,6 +17,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gpu_matrix.h"
 #include "backend/cuda/prefill_matmul.h"
+#include "backend/cuda/tuning.h"
 #include "core/dequantize.h"
 #include "cuda_test_util.h"
 #include "ops/ops.h"
@@ -150,16 +151,20 @@ TEST(CudaPrefillMatmul, AllTypesAndTokenCounts) {
     }
 }
 
-// A 1 MiB weight tile: n_in 768 gives 682 F16 rows -> 512-row tiles (256 for F32), so n_out 2500
-// runs 5 (10) tile GEMMs, the last one partial (small mode: n_out 1100, 3 (5) tiles).
+// A 1 MiB weight tile (tuning prefill_tile_mib = 1 at init): n_in 768 gives 682 F16 rows -> 512-row tiles
+// (256 for F32), so n_out 2500 runs 5 (10) tile GEMMs, the last one partial (small mode: n_out 1100, 3 (5)
+// tiles).
 TEST(CudaPrefillMatmul, SeveralTilesWithPartialLastTile) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
-    ASSERT_EQ(setenv("PELICAN_PREFILL_TILE_MIB", "1", 1), 0);
+    const cuda::CudaTuning saved = cuda::cuda_tuning();
+    cuda::CudaTuning small = saved;
+    small.prefill_tile_mib = 1;
+    cuda::set_cuda_tuning(small);
     cuda::PrefillMatmul mm;
     const char* err = nullptr;
     const int64_t n_out = test::cuda_test_size<int64_t>(2500, 1100);
     const bool ok = mm.init(768, n_out, 300, nullptr, &err);
-    unsetenv("PELICAN_PREFILL_TILE_MIB");
+    cuda::set_cuda_tuning(saved);
     ASSERT_TRUE(ok) << err;
     for (DType t : kTypes) {
         run_case(mm, {t, 768, n_out, 7, false, 1});

@@ -18,7 +18,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_impl.cuh"
 #include "backend/cuda/cuda_check.h"
-#include "core/env.h"
+#include "backend/cuda/tuning.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -55,15 +55,9 @@ int decode_splits(int64_t n_ctx, int n_kv_head) {
 
 constexpr int kMinPairs = 8;  // (kv head, row block) pairs the streaming kernel aims for
 
-bool row_blocks_enabled() {
-    static const bool on = env_switch_on("PELICAN_ATTN_ROW_BLOCKS");
-    return on;
-}
+bool row_blocks_enabled() { return cuda_tuning().attn_row_blocks; }
 
-bool combine2_enabled() {
-    static const bool on = env_switch_on("PELICAN_ATTN_COMBINE2");
-    return on;
-}
+bool combine2_enabled() { return cuda_tuning().attn_combine2; }
 
 size_t counter_ints(int n_head) {
     return static_cast<size_t>(n_head) * attn::kMaxTok * (1 + attn::kCombineGroups);

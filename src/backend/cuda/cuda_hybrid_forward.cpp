@@ -14,7 +14,7 @@
 #include "backend/cuda/gpu_upload.h"
 #include "backend/cuda/host_staging.h"
 #include "backend/cuda/moe.h"
-#include "core/env.h"
+#include "backend/cuda/tuning.h"
 #include "core/format_bytes.h"
 #include "model/model.h"
 
@@ -59,10 +59,10 @@ Status CudaHybridForward::init() {
     const DeltaNetShape& s = hp_.deltanet.linear;
     const int64_t E = hp_.n_embd, Q = hp_.q_dim(), KV = hp_.kv_dim(), V = hp_.n_vocab;
     const size_t f = sizeof(float);
-    // Prompt chunks: every layer over up to chunk_ tokens at once (GEMMs); PELICAN_HYBRID_CHUNK=0
+    // Prompt chunks: every layer over up to chunk_ tokens at once (GEMMs); tuning hybrid_chunk off
     // keeps prompts in micro-batches of kMicro tokens.
-    if (env_switch_on("PELICAN_HYBRID_CHUNK") && n_batch_ > kMicro)
-        chunk_ = std::min<int64_t>(n_batch_, kMaxChunk);
+    const CudaTuning& tune = cuda_tuning();
+    if (tune.hybrid_chunk && n_batch_ > kMicro) chunk_ = std::min<int64_t>(n_batch_, kMaxChunk);
     const size_t M = static_cast<size_t>(std::max<int64_t>(kMicro, chunk_)), ML = kMicro;
     PELICAN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : step_ev_) PELICAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -114,8 +114,8 @@ Status CudaHybridForward::init() {
     const int64_t ff_e = std::max<int64_t>(hp_.moe.n_ff_expert, 1);
     const size_t attn_ws_bytes = attention_workspace_bytes(n_ctx_, static_cast<int>(hp_.n_head),
                                                            static_cast<int>(hp_.head_dim), kMicro);
-    // Grouped experts (prompt chunks of a MoE model): PELICAN_MOE_GROUPED=0 keeps slot-wise GEMVs.
-    grouped_ = chunk_ > 0 && hp_.has(Ffn::kMoe) && env_switch_on("PELICAN_MOE_GROUPED");
+    // Grouped experts (prompt chunks of a MoE model): tuning moe_grouped off keeps slot-wise GEMVs.
+    grouped_ = chunk_ > 0 && hp_.has(Ffn::kMoe) && tune.moe_grouped;
     for (int il = 0; grouped_ && il < hp_.n_layer; ++il) {  // 8 token rows must fit the GEMV's shared memory
         const GpuMoe& mo = gm_->layer(il).moe;
         if (mo.experts_gate_up.data && (gemv_max_tokens(mo.experts_gate_up) < kMoeGroupRows ||
@@ -145,7 +145,7 @@ Status CudaHybridForward::init() {
     const size_t o_gexp = c.add(groups * 4), o_srow = c.add(grouped_ ? M * k * 4 : 0),
                  o_rslot = c.add(g_rows * 4), o_xg = c.add(g_rows * E * f),
                  o_eactg = c.add(g_rows * ff_e * f), o_eoutg = c.add(g_rows * E * f);
-    const bool dn_chunked = chunk_ > 0 && s.n_v_heads > 0 && env_switch_on("PELICAN_DN_CHUNKED");
+    const bool dn_chunked = chunk_ > 0 && s.n_v_heads > 0 && tune.dn_chunked;
     const size_t o_dn = c.add(dn_chunked ? deltanet_chunk_scratch_bytes(M, s.n_v_heads, s.d_k) : 0);
     scratch_ = DeviceBuffer(c.total());
     if (!scratch_.ok())
@@ -195,9 +195,9 @@ Status CudaHybridForward::init() {
             return make_error("GPU prompt matmul setup failed: {} ({})", err ? err : "unknown error",
                               gpu_memory_note());
     }
-    // The conv folded into deltanet_step for micro-batches (PELICAN_DN_CONV_FOLD=0: two kernels), decided
+    // The conv folded into deltanet_step for micro-batches (tuning dn_conv_fold off: two kernels), decided
     // once.
-    conv_fold_ = s.n_v_heads > 0 && env_switch_on("PELICAN_DN_CONV_FOLD") &&
+    conv_fold_ = s.n_v_heads > 0 && tune.dn_conv_fold &&
                  deltanet_conv_fold_supported(hp_.deltanet.conv_kernel, s.n_k_heads, s.n_v_heads, s.d_k);
     // The one-kernel decode MoE blocks, decided once (this also sets the kernels' attributes, outside any
     // graph capture).

@@ -14,7 +14,7 @@
 #include "backend/cuda/layer_args.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_fused.h"
-#include "core/env.h"
+#include "backend/cuda/tuning.h"
 #include "model/model.h"
 
 namespace pelican::cuda {
@@ -43,11 +43,8 @@ DeltaNetStepArgs CudaHybridForward::deltanet_args(const GpuLayer& L, int slot, i
     return d;
 }
 
-// PELICAN_FUSED_COMBINE=0: the decode step's MoE closes with moe_combine instead of the down GEMV's tail.
-static bool fused_combine_enabled() {
-    static const bool on = env_switch_on("PELICAN_FUSED_COMBINE");
-    return on;
-}
+// Tuning fused_combine off: the decode step's MoE closes with moe_combine instead of the down GEMV's tail.
+static bool fused_combine_enabled() { return cuda_tuning().fused_combine; }
 
 void CudaHybridForward::deltanet_layer(const GpuLayer& L, int slot, int n) {
     const int64_t cd = hp_.deltanet.linear.conv_dim();
@@ -259,11 +256,8 @@ void CudaHybridForward::moe_slot_experts(const GpuLayer& L, int n, int ko, bool 
                       /*norm_one_plus=*/true, ids_, n * ko, ko, E, ff_e, eact_, eout_, stream_, comb);
 }
 
-// PELICAN_MOE_MMA=0: grouped experts of prompt chunks through the GEMVs, not the tensor-core kernel.
-static bool moe_mma_enabled() {
-    static const bool on = env_switch_on("PELICAN_MOE_MMA");
-    return on;
-}
+// Tuning moe_mma off: grouped experts of prompt chunks through the GEMVs, not the tensor-core kernel.
+static bool moe_mma_enabled() { return cuda_tuning().moe_mma; }
 
 // Prompt chunks: the n x ko slots grouped by expert (moe_group_slots), the normed rows gathered per
 // group (xg_), then the expert GEMVs with 8 token rows per group, each chosen expert read once per

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/gemv_impl.cuh"
-#include "core/env.h"
+#include "backend/cuda/tuning.h"
 
 namespace pelican::cuda {
 namespace detail {
@@ -333,7 +333,7 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
     const int nv = kGemvVariants;
     if (times)
         for (int v = 0; v < nv; ++v) times[v] = -1.0f;
-    if (!env_switch_on("PELICAN_GEMV_AUTOTUNE")) return;
+    if (!cuda_tuning().gemv_autotune) return;
     if (m.data == nullptr || m.n_out <= 0 || ex.n_tok < 1 || ex.n_tok > kMaxGemvTokens) return;
     const bool expert = ex.n_expert_slots > 0;
     if (ex.n_expert_slots < 0 || ex.n_expert_slots > 65535) return;
@@ -461,9 +461,9 @@ void gemv_autotune(GpuMatrix& m, const GemvArgs& ex, cudaStream_t stream, float*
         if (times && best[static_cast<size_t>(v)] < 1e29f) times[v] = best[static_cast<size_t>(v)];
     }
     m.gemv_variant = win;
-    // PELICAN_GEMV_TUNE_LOG=1: one line per tuned shape (docs/performance.md quotes them).
-    static const bool log = env_switch_set("PELICAN_GEMV_TUNE_LOG");
-    if (log) {
+    // Tuning gemv_tune_log (PELICAN_GEMV_TUNE_LOG=1): one line per tuned shape (docs/performance.md quotes
+    // them).
+    if (cuda_tuning().gemv_tune_log) {
         const int def = gemv_default_variant(m, ex);
         std::fprintf(stderr,
                      "pelican gemv tune: %s n_in %lld rows %lld%s%s%s slots %d -> %s %.2f us (built-in %s "

@@ -6,7 +6,7 @@
 
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/moe_fused.cuh"
-#include "core/env.h"
+#include "backend/cuda/tuning.h"
 
 namespace pelican::cuda {
 namespace detail {
@@ -99,7 +99,7 @@ bool moe_fused_preferred(int64_t n_ff, int k, int64_t gate_up_units, int sms) {
 
 bool moe_fused_use(const GpuMatrix& gate_up, const GpuMatrix& down, int64_t n_embd, int64_t n_ff,
                    int n_expert, int k) {
-    static const long mode = env_int("PELICAN_FUSED_MOE", 0, 2, 1);
+    const int mode = cuda_tuning().fused_moe;
     if (mode == 0 || !moe_fused_supported(gate_up, down, n_embd, n_ff, n_expert, k)) return false;
     if (mode == 2) return true;
     detail::GemvLayout l;
@@ -160,8 +160,7 @@ void moe_fused_decode(const MoeFusedArgs& a, cudaStream_t stream) {
     p.k = a.k;
     p.n_slots = slots;
     p.renorm = a.renormalize;
-    static const bool route_env = env_switch_on("PELICAN_FUSED_ROUTE");
-    p.route_by_logits = a.route_by_logits && route_env;
+    p.route_by_logits = a.route_by_logits && cuda_tuning().fused_route;
     p.n_ff = static_cast<int>(a.n_ff);
     p.logits = a.logits;
     p.ids = a.ids;

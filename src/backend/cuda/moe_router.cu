@@ -8,7 +8,7 @@
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/pdl.cuh"
-#include "core/env.h"
+#include "backend/cuda/tuning.h"
 
 namespace pelican::cuda {
 namespace {
@@ -121,10 +121,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const MoeRou
 
 }  // namespace
 
-bool moe_router_fused_enabled() {
-    static const bool on = env_switch_on("PELICAN_FUSED_ROUTER");
-    return on;
-}
+bool moe_router_fused_enabled() { return cuda_tuning().fused_router; }
 
 void moe_router_route(const MoeRouterArgs& a, cudaStream_t stream) {
     if (a.n_expert < 1 || a.n_expert > kMoeMaxExperts) router_fail("n_expert must be 1 .. 512");

@@ -18,7 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
-#include "core/env.h"
+#include "backend/cuda/tuning.h"
 
 namespace pelican::cuda {
 
@@ -34,11 +34,8 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// True unless PELICAN_PDL=0 (read once).
-inline bool pdl_enabled() {
-    static const bool on = env_switch_on("PELICAN_PDL");
-    return on;
-}
+// True unless tuning pdl is off (PELICAN_PDL=0).
+inline bool pdl_enabled() { return cuda_tuning().pdl; }
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...) in clusters of cluster_x CTAs along x (sm_90;
 // 1 = no cluster attribute; grid.x must be a multiple) with the programmatic-stream-serialization

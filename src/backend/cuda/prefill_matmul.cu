@@ -14,7 +14,6 @@
 // no reduced-precision reductions), F16, BF16, F16 for quantized. x is converted once per call
 // to the GEMM type (round to nearest even); accumulation is fp32 throughout.
 #include "backend/cuda/prefill_matmul.h"
-#include "core/env.h"
 
 #include <cublas_v2.h>
 
@@ -24,20 +23,19 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/tuning.h"
 
 namespace pelican::cuda {
 namespace {
 
 // Weight tile scratch: large enough that a tile GEMM fills the GPU even at n_tok = 512 (an
 // [n_tok, rows] output with rows in the thousands), small enough to stay a fixed cost.
-// PELICAN_PREFILL_TILE_MIB overrides it at init (tests, benchmarks; 1 .. 1024).
-constexpr size_t kDefaultTileBytes = size_t{128} << 20;
+// The size is tuning prefill_tile_mib (128 MiB by default; PELICAN_PREFILL_TILE_MIB, 1 .. 1024), read at
+// init.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS workspace (Hopper recommends 32 MiB)
 constexpr int64_t kRowQuantum = 256;                  // tile rows are a multiple of this (when < n_out)
 
-size_t tile_cap_bytes() {
-    return static_cast<size_t>(env_int("PELICAN_PREFILL_TILE_MIB", 1, 1024, kDefaultTileBytes >> 20)) << 20;
-}
+size_t tile_cap_bytes() { return static_cast<size_t>(cuda_tuning().prefill_tile_mib) << 20; }
 
 DType tile_type(DType w) {
     switch (w) {
