@@ -233,6 +233,11 @@ Status finish(const Keys& k, HfConfig& c) {
     };
     PELICAN_TRY(need("hidden_size", c.hidden_size));
     PELICAN_TRY(need("num_hidden_layers", c.num_hidden_layers));
+    constexpr int64_t kMaxLayers =
+        4096;  // far above any released model; layer_types is built per layer below
+    if (c.num_hidden_layers > kMaxLayers)
+        return make_error("{}: num_hidden_layers {} is above the supported {}", src, c.num_hidden_layers,
+                          kMaxLayers);
     PELICAN_TRY(need("num_attention_heads", c.num_attention_heads));
     PELICAN_TRY(need("vocab_size", c.vocab_size));
     if (c.num_key_value_heads == 0) c.num_key_value_heads = c.num_attention_heads;
