@@ -63,6 +63,7 @@ Expected<SeqId> SequenceMemory::open() {
         if (q.open) continue;
         q.open = true;
         q.length = 0;
+        q.mtp_length = 0;
         q.table.clear();
         if (opt_.recurrent) {
             std::fill(q.entry_len.begin(), q.entry_len.end(), -1);
@@ -82,6 +83,7 @@ void SequenceMemory::close(SeqId s) {
     shrink_table(q, 0);
     q.open = false;
     q.length = 0;
+    q.mtp_length = 0;
     --n_open_;
 }
 
@@ -107,6 +109,29 @@ Status SequenceMemory::reserve(SeqId s, int64_t n) {
     if (n < 0 || n > opt_.max_seq_tokens)
         return make_error("reserve: {} positions, a sequence holds at most {}", n, opt_.max_seq_tokens);
     return grow_table(seqs_[static_cast<size_t>(s)], blocks_for(n, opt_.block_tokens));
+}
+
+Status SequenceMemory::prepare_mtp_write(SeqId s, int64_t pos, int64_t n) {
+    PELICAN_TRY(check_open(s, "mtp write"));
+    Seq& q = seqs_[static_cast<size_t>(s)];
+    if (pos < 0 || n <= 0 || pos + n > q.length)
+        return make_error("mtp write: positions {}..{}, but sequence {} holds {}", pos, pos + n - 1, s,
+                          q.length);
+    const int64_t first = pos / opt_.block_tokens, last = (pos + n - 1) / opt_.block_tokens;
+    int64_t shared = 0;
+    for (int64_t b = first; b <= last; ++b) shared += blocks_.refs(q.table[static_cast<size_t>(b)]) > 1;
+    if (shared > blocks_.n_free())
+        return make_error("the KV pool is full: {} more blocks of {} tokens needed, {} of {} free", shared,
+                          opt_.block_tokens, blocks_.n_free(), blocks_.n_blocks());
+    for (int64_t b = first; b <= last; ++b) {
+        int32_t& id = q.table[static_cast<size_t>(b)];
+        if (blocks_.refs(id) == 1) continue;
+        const int32_t copy = blocks_.alloc();
+        storage_->copy_kv_block(id, copy);
+        blocks_.unref(id);
+        id = copy;
+    }
+    return {};
 }
 
 Status SequenceMemory::prepare_write(SeqId s, int64_t pos, int64_t n) {
@@ -189,6 +214,7 @@ int64_t SequenceMemory::truncate(SeqId s, int64_t n_keep) {
         keep = q.entry_len[static_cast<size_t>(best)];
     }
     q.length = keep;
+    q.mtp_length = std::min(q.mtp_length, keep);
     shrink_table(q, blocks_for(keep, opt_.block_tokens));
     return keep;
 }
@@ -208,6 +234,7 @@ Status SequenceMemory::fork(SeqId from, SeqId to) {
         dst.table.push_back(id);
     }
     dst.length = src.length;
+    dst.mtp_length = src.mtp_length;  // the MTP rows live in the shared blocks too
     if (opt_.recurrent) {
         std::fill(dst.entry_len.begin(), dst.entry_len.end(), -1);
         dst.cursor = 0;
@@ -215,6 +242,16 @@ Status SequenceMemory::fork(SeqId from, SeqId to) {
         storage_->copy_state(entry(from, src.cursor), entry(to, 0));
     }
     return {};
+}
+
+int64_t SequenceMemory::mtp_length(SeqId s) const {
+    return is_open(s) ? seqs_[static_cast<size_t>(s)].mtp_length : 0;
+}
+
+void SequenceMemory::commit_mtp(SeqId s, int64_t n) {
+    assert(is_open(s) && n >= 0 && n <= seqs_[static_cast<size_t>(s)].length);
+    Seq& q = seqs_[static_cast<size_t>(s)];
+    q.mtp_length = std::max(q.mtp_length, n);
 }
 
 }  // namespace pelican

@@ -84,13 +84,21 @@ public:
 
     // ---- for executors ----
     // Positions pos .. pos+n-1 of s become writable: blocks reserved, shared blocks among them
-    // copied (the table then names the copies). pos must be <= length(s). Errors as reserve.
+    // copied (the table then names the copies). pos must be length(s). Errors as reserve.
     Status prepare_write(SeqId s, int64_t pos, int64_t n);
     // After a step wrote positions up to new_length - 1 of s (new_length > the pos given to
     // prepare_write) and, for a recurrent model, n_states state entries (state_write_entry(s, 0
     // .. n_states-1): the state after new_length - n_states + 1 + i tokens). 1 <= n_states <=
     // checkpoints, and for a step of more tokens than n_states only the last state is kept.
     void commit(SeqId s, int64_t new_length, int32_t n_states = 1);
+    // Multi-token prediction (Executor::mtp_step): the MTP layers' K/V rows live in the same blocks, at the
+    // positions the main model holds; mtp_length(s) positions of them are written (0 after open, the source's
+    // after fork, at most length(s) after truncate). commit_mtp(s, n): positions 0 .. n-1 are written now
+    // (n <= length(s); never shrinks it).
+    int64_t mtp_length(SeqId s) const;
+    void commit_mtp(SeqId s, int64_t n);
+    // Positions pos .. pos+n-1 (all below length(s)) of s take MTP rows: shared blocks among them are copied.
+    Status prepare_mtp_write(SeqId s, int64_t pos, int64_t n);
     // Entry holding the state after length(s) tokens (recurrent models).
     int32_t state_read_entry(SeqId s) const;
     // Entry the i-th state of the next step goes to (i < checkpoints).
@@ -116,6 +124,7 @@ private:
     struct Seq {
         bool open = false;
         int64_t length = 0;
+        int64_t mtp_length = 0;      // MTP rows written at positions 0 .. mtp_length-1
         std::vector<int32_t> table;  // capacity max_blocks_per_seq, reserved at create
         // Recurrent ring: cursor (0..R-1) of the entry holding the state after `length` tokens,
         // and the length each entry's state belongs to (-1: nothing restorable).

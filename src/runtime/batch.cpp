@@ -4,7 +4,7 @@
 namespace pelican {
 
 Status split_batch(const Batch& b, const SequenceMemory& mem, int64_t n_vocab, int64_t n_embd,
-                   int64_t max_tokens, const StepOutputs& out, std::vector<SeqRun>& runs) {
+                   int64_t max_tokens, const StepOutputs& out, std::vector<SeqRun>& runs, RowsFrom from) {
     runs.clear();
     const auto n = static_cast<int64_t>(b.token.size());
     if (n == 0) return make_error("step: empty batch");
@@ -29,12 +29,22 @@ Status split_batch(const Batch& b, const SequenceMemory& mem, int64_t n_vocab, i
         for (const SeqRun& r : runs)
             if (r.seq == s)
                 return make_error("step: the rows of sequence {} are not consecutive (row {})", s, i);
-        if (p != mem.length(s))
+        if (from == RowsFrom::kLength && p != mem.length(s))
             return make_error(
                 "step: sequence {} holds {} positions, its first row is at {} (truncate to rewrite)", s,
                 mem.length(s), p);
+        if (from == RowsFrom::kMtp && (p < 0 || p > mem.mtp_length(s)))
+            return make_error("mtp step: sequence {} has MTP rows at positions 0..{}, its first row is at {}",
+                              s, mem.mtp_length(s) - 1, p);
         runs.push_back(SeqRun{s, i, 1, p});
     }
+    if (from == RowsFrom::kMtp)
+        for (const SeqRun& r : runs)
+            if (r.pos0 + r.n > mem.length(r.seq))
+                return make_error(
+                    "mtp step: rows at positions {}..{} of sequence {}, which holds {} (the main model runs "
+                    "first)",
+                    r.pos0, r.pos0 + r.n - 1, r.seq, mem.length(r.seq));
     for (const SeqRun& r : runs)
         if (r.pos0 + r.n > mem.max_seq_tokens())
             return make_error("positions {}..{} do not fit the context of {} tokens", r.pos0,

@@ -57,12 +57,17 @@ struct SeqRun {
     int64_t pos0 = 0;
 };
 
+// Where a sequence's first row may sit: at its length (a step), or, for Executor::mtp_step, at or before the
+// MTP positions written (mtp_length) with every row before its length.
+enum class RowsFrom : uint8_t { kLength, kMtp };
+
 // Checks a batch against the memory and the model (sizes, ids in the vocabulary, open sequences,
 // consecutive rows in position order from each sequence's length, each sequence once, the context,
 // out_rows ascending and in range, output sizes) and splits it into runs (`runs` is cleared; its
 // capacity is kept, so a caller that reserved max_tokens entries never allocates here).
 // Errors say which row is at fault.
 Status split_batch(const Batch& b, const SequenceMemory& mem, int64_t n_vocab, int64_t n_embd,
-                   int64_t max_tokens, const StepOutputs& out, std::vector<SeqRun>& runs);
+                   int64_t max_tokens, const StepOutputs& out, std::vector<SeqRun>& runs,
+                   RowsFrom from = RowsFrom::kLength);
 
 }  // namespace pelican

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "core/status.h"
@@ -31,6 +32,7 @@ struct MemoryOptions {
     int64_t kv_tokens = 0;       // KV positions in the pool over all sequences; 0: max_seqs * max_seq_tokens
     int32_t block_tokens = 16;   // positions per KV block
     int32_t checkpoints = 8;     // recurrent models: exact truncation within this many positions
+    bool mtp = false;            // also hold the K/V of the model's MTP layers (Executor::mtp_step)
 };
 
 class Executor {
@@ -42,6 +44,19 @@ public:
     // step reserved stay reserved). The pool is for CPU work (a device executor may ignore it).
     virtual Status step(const Batch& batch, SequenceMemory& mem, const StepOutputs& out,
                         ThreadPool& pool) = 0;
+    // The model's multi-token-prediction block (Qwen3.5 mtp.*) over the rows of b: row i reads the token at
+    // position b.pos[i] + 1 of b.seq[i] (b.token[i]) and hidden[i], the final-normed hidden state the main
+    // model gave position b.pos[i] (StepOutputs::hidden of that step) [rows, n_embd]; its K/V row goes to the
+    // MTP layer's pages at position b.pos[i]. A sequence's rows are consecutive, the first at or before
+    // mem.mtp_length(seq), all before mem.length(seq) (the memory must be made with MemoryOptions::mtp).
+    // Writes the drafted distribution's logits (and the MTP's normed hidden rows) of out_rows as step() does,
+    // and commit_mtp. Errors: no MTP block, a memory without its pages, bad rows (nothing written then).
+    virtual Status mtp_step(const Batch& b, std::span<const float> hidden, SequenceMemory& mem,
+                            const StepOutputs& out, ThreadPool& pool) {
+        (void)b, (void)hidden, (void)mem, (void)out, (void)pool;
+        return make_error("the {} executor has no MTP step yet", device_name());
+    }
+
     // True when step() samples rows with these parameters exactly as the host Sampler would
     // (StepOutputs::sample); otherwise the caller samples from host logits.
     virtual bool samples_on_device(const StepSampling& p) const { return false; }

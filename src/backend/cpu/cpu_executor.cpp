@@ -34,7 +34,15 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Model& model,
         e->kv_slot_.push_back(attn ? n_kv++ : -1);
         e->rec_slot_.push_back(attn ? -1 : n_rec++);
     }
+    e->n_kv_layers_ = n_kv;
     e->n_states_.reserve(static_cast<size_t>(opt.max_batch_tokens));
+    if (model.weights().mtp.present) {
+        try {
+            e->mtp_in_.resize(static_cast<size_t>(2 * opt.max_batch_tokens * hp.n_embd));
+        } catch (const std::bad_alloc&) {
+            return make_error("MTP: out of memory for the scratch of {} rows", opt.max_batch_tokens);
+        }
+    }
     if (hp.has(Mixer::kGatedAttention) || hp.has(Mixer::kDeltaNet) || hp.has(Ffn::kMoe)) {
         try {
             e->blocks_ = std::make_unique<HybridBlocks>(hp, opt.max_batch_tokens);
@@ -59,7 +67,12 @@ Expected<std::unique_ptr<SequenceMemory>> CpuExecutor::create_memory(const Memor
     const int64_t n_blocks = (kv_tokens + opt.block_tokens - 1) / opt.block_tokens;
     if (n_blocks > INT32_MAX) return make_error("sequence memory: {} KV blocks is too many", n_blocks);
     CpuMemoryShape s;
-    s.n_attn_layers = std::count_if(kv_slot_.begin(), kv_slot_.end(), [](int k) { return k >= 0; });
+    s.n_attn_layers = n_kv_layers_;
+    if (opt.mtp) {
+        if (!model_.weights().mtp.present)
+            return make_error("sequence memory: {} has no MTP block for MemoryOptions::mtp", model_.path());
+        s.n_attn_layers += static_cast<int64_t>(model_.weights().mtp.layers.size());
+    }
     s.kv_dim = hp_.kv_dim();
     s.n_blocks = static_cast<int32_t>(n_blocks);
     s.block_tokens = opt.block_tokens;
@@ -90,7 +103,8 @@ Status CpuExecutor::alloc_scratch() {
     const size_t e = static_cast<size_t>(hp_.n_embd), q = static_cast<size_t>(hp_.q_dim());
     const size_t kv = static_cast<size_t>(hp_.kv_dim());
     const size_t ff = static_cast<size_t>(hp_.n_ff), half = static_cast<size_t>(hp_.rope_dim / 2);
-    const int64_t max_in = std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff});
+    const int64_t max_in =
+        std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff, mtp_in_.empty() ? 0 : 2 * hp_.n_embd});
     const size_t mm = round_up(matmul_scratch_bytes(max_in, max_tokens_));
     const size_t sizes[] = {T * e * f,    T * e * f,           T * q * f,  T * kv * f, T * kv * f,
                             T * q * f,    T * e * f,           T * ff * f, T * ff * f, T * half * f,
@@ -152,14 +166,16 @@ Status CpuExecutor::step(const Batch& b, SequenceMemory& mem, const StepOutputs&
     n_states_.clear();
     for (const SeqRun& r : runs_)
         n_states_.push_back(static_cast<int32_t>(r.n <= mem.checkpoints() ? r.n : 1));
-    for (int il = 0; il < hp_.n_layer; ++il) layer(il, n, *kv, mem, pool);
-    head(b, out, pool);
+    for (int il = 0; il < hp_.n_layer; ++il)
+        layer(model_.weights().layers[static_cast<size_t>(il)], il, kv_slot_[static_cast<size_t>(il)], n, *kv,
+              mem, pool);
+    head(b, w.output_norm, out, pool);
     for (size_t i = 0; i < runs_.size(); ++i)
         mem.commit(runs_[i].seq, runs_[i].pos0 + runs_[i].n, n_states_[i]);
     return {};
 }
 
-void CpuExecutor::head(const Batch& b, const StepOutputs& out, ThreadPool& pool) {
+void CpuExecutor::head(const Batch& b, const float* norm, const StepOutputs& out, ThreadPool& pool) {
     const auto n_out = static_cast<int64_t>(b.out_rows.size());
     if (n_out == 0 || (out.logits.empty() && out.hidden.empty())) return;
     const ModelWeights& w = model_.weights();
@@ -169,7 +185,7 @@ void CpuExecutor::head(const Batch& b, const StepOutputs& out, ThreadPool& pool)
         const int64_t r = b.out_rows[static_cast<size_t>(i)];
         if (r != i) std::memcpy(x_ + i * e, x_ + r * e, static_cast<size_t>(e) * sizeof(float));
     }
-    rms_norm(x_, w.output_norm, xn_, n_out, e, hp_.rms_eps, hp_.norm_weight, &pool);
+    rms_norm(x_, norm, xn_, n_out, e, hp_.rms_eps, hp_.norm_weight, &pool);
     tap("output_norm", -1, n_out, e, xn_);
     if (!out.hidden.empty()) std::copy(xn_, xn_ + n_out * e, out.hidden.data());
     if (out.logits.empty()) return;

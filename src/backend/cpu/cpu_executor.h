@@ -50,6 +50,8 @@ public:
 
     Expected<std::unique_ptr<SequenceMemory>> create_memory(const MemoryOptions& opt) override;
     Status step(const Batch& batch, SequenceMemory& mem, const StepOutputs& out, ThreadPool& pool) override;
+    Status mtp_step(const Batch& b, std::span<const float> hidden, SequenceMemory& mem,
+                    const StepOutputs& out, ThreadPool& pool) override;
     int64_t max_batch_tokens() const override { return max_tokens_; }
     const Model& model() const override { return model_; }
     std::string_view device_name() const override { return "cpu"; }
@@ -58,10 +60,12 @@ public:
 private:
     CpuExecutor(const Model& m, int64_t max_tokens);
     Status alloc_scratch();
-    // Layer il by its kinds over rows 0..n-1 of x_.
-    void layer(int il, int64_t n, CpuMemoryStorage& st, const SequenceMemory& mem, ThreadPool& pool);
+    // Layer L (index il for taps and the DeltaNet state; K/V in pool kv_slot) by its kinds over rows 0..n-1
+    // of x_.
+    void layer(const LayerWeights& L, int il, int kv_slot, int64_t n, CpuMemoryStorage& st,
+               const SequenceMemory& mem, ThreadPool& pool);
     // Mixer::kAttention: xn_ -> q/k/v (+bias, q/k norm, rope) -> paged attention -> o_proj -> proj_.
-    void attention(int il, const AttentionWeights& W, int64_t n, CpuMemoryStorage& kv,
+    void attention(int il, int kv_slot, const AttentionWeights& W, int64_t n, CpuMemoryStorage& kv,
                    const SequenceMemory& mem, ThreadPool& pool);
     // Ffn::kSwiglu: xn_ -> down(silu(gate) * up) (+biases) -> proj_.
     void swiglu_ffn(int il, const SwigluWeights& W, int64_t n, ThreadPool& pool);
@@ -69,7 +73,8 @@ private:
     void paged_attention(int slot, const float* q, float* out, CpuMemoryStorage& kv,
                          const SequenceMemory& mem, ThreadPool& pool);
     void deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemory& mem, ThreadPool& pool);
-    void head(const Batch& b, const StepOutputs& out, ThreadPool& pool);
+    // The out rows of x_ -> norm (the final norm, or the MTP block's) -> hidden / logits.
+    void head(const Batch& b, const float* norm, const StepOutputs& out, ThreadPool& pool);
     void tap(std::string_view name, int layer, int64_t n, int64_t width, const float* data) const {
         if (tap_) tap_(TapInfo{name, layer, tap_pos0_, n, width, data});
     }
@@ -79,8 +84,10 @@ private:
     int64_t max_tokens_;
     TapFn tap_;
     int64_t tap_pos0_ = 0;
-    std::vector<int> kv_slot_;              // [n_layer] attention layer -> its KV pool, else -1
-    std::vector<int> rec_slot_;             // [n_layer] DeltaNet layer -> its recurrent state, else -1
+    std::vector<int> kv_slot_;   // [n_layer] attention layer -> its KV pool, else -1
+    std::vector<int> rec_slot_;  // [n_layer] DeltaNet layer -> its recurrent state, else -1
+    int n_kv_layers_ = 0;  // KV pools of the main stack; the MTP layers' pools follow (MemoryOptions::mtp)
+    std::vector<float> mtp_in_;  // [max_tokens, 2 n_embd] the MTP fc input (models with an MTP block)
     std::unique_ptr<HybridBlocks> blocks_;  // when a layer is gated attention, DeltaNet or MoE
     std::vector<SeqRun> runs_;              // [<= max_tokens] this step's sequences (capacity reserved)
     std::vector<int32_t> n_states_;         // [<= max_tokens] state entries each run leaves (recurrent)

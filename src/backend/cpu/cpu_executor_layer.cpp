@@ -94,19 +94,18 @@ void CpuExecutor::deltanet_runs(int il, CpuMemoryStorage& st, const SequenceMemo
     }
 }
 
-void CpuExecutor::layer(int il, int64_t n, CpuMemoryStorage& st, const SequenceMemory& mem,
-                        ThreadPool& pool) {
-    const LayerWeights& L = model_.weights().layers[static_cast<size_t>(il)];
+void CpuExecutor::layer(const LayerWeights& L, int il, int kv_slot, int64_t n, CpuMemoryStorage& st,
+                        const SequenceMemory& mem, ThreadPool& pool) {
     const int64_t e = hp_.n_embd;
     rms_norm(x_, L.attn_norm, xn_, n, e, hp_.rms_eps, hp_.norm_weight, &pool);
     tap("attn_norm", il, n, e, xn_);
     switch (L.kind.mixer) {
         case Mixer::kAttention:
-            attention(il, L.attn, n, st, mem, pool);
+            attention(il, kv_slot, L.attn, n, st, mem, pool);
             break;
         case Mixer::kGatedAttention:
             blocks_->attention_project(L.attn, xn_, n, cos_, sin_, k_, v_, pool);
-            paged_attention(kv_slot_[static_cast<size_t>(il)], blocks_->q(), blocks_->attn(), st, mem, pool);
+            paged_attention(kv_slot, blocks_->q(), blocks_->attn(), st, mem, pool);
             blocks_->attention_finish(L.attn, n, proj_, pool);
             break;
         case Mixer::kDeltaNet:
@@ -130,7 +129,7 @@ void CpuExecutor::layer(int il, int64_t n, CpuMemoryStorage& st, const SequenceM
     tap("l_out", il, n, e, x_);
 }
 
-void CpuExecutor::attention(int il, const AttentionWeights& W, int64_t n, CpuMemoryStorage& kv,
+void CpuExecutor::attention(int il, int kv_slot, const AttentionWeights& W, int64_t n, CpuMemoryStorage& kv,
                             const SequenceMemory& mem, ThreadPool& pool) {
     const int64_t e = hp_.n_embd, qd = hp_.q_dim(), kvd = hp_.kv_dim();
     const int hd = static_cast<int>(hp_.head_dim), nh = static_cast<int>(hp_.n_head);
@@ -158,7 +157,7 @@ void CpuExecutor::attention(int il, const AttentionWeights& W, int64_t n, CpuMem
     tap("k", il, n, kvd, k_);
     tap("v", il, n, kvd, v_);
 
-    paged_attention(kv_slot_[static_cast<size_t>(il)], q_, attn_, kv, mem, pool);
+    paged_attention(kv_slot, q_, attn_, kv, mem, pool);
     tap("attn", il, n, qd, attn_);
 
     matmul(W.wo, attn_, n, proj_, mm_scratch_, pool);
