@@ -4,7 +4,7 @@
 //                 several 16-token runs, and a call shorter than the history), kernel 4, 2 and 8,
 //                 channels not a multiple of 32, strided input rows;
 //   deltanet_step vs ref::l2norm + scale + ref::deltanet_gates + ref::gated_delta_rule_recurrent +
-//                 ref::rms_norm_gated (split of conv_out as model/hybrid_layers.cpp does), state
+//                 ref::rms_norm_gated (split of conv_out as backend/cpu/hybrid_blocks.cpp does), state
 //                 carried over launches of n_tok 1, 5, 130; value heads grouped and tiled, d 128 and
 //                 64; a, b, z as columns of one wider row buffer, strided conv_out and out rows;
 //   both in one captured CUDA graph (decode steps under PDL), bit-identical to direct launches.
@@ -191,7 +191,7 @@ void check_step(const StepCase& c, const std::vector<int>& calls) {
         for (int t = 0; t < n; ++t)
             for (int h = 0; h < nv; ++h) abz[t * abz_stride + b_col + h] *= 2.0f;  // beta spread over (0, 1)
 
-        // Reference, as model/hybrid_layers.cpp chains it (token by token to read off the
+        // Reference, as backend/cpu/hybrid_blocks.cpp chains it (token by token to read off the
         // magnitudes of the bound; the recurrence stores its state in fp32 per token either way).
         std::vector<float> q(n * kd), k(n * kd), v(n * vd), a(n * nv), b(n * nv), z(n * vd);
         for (int t = 0; t < n; ++t) {

@@ -20,7 +20,7 @@
 #include "backend/cuda/tuning.h"
 #include "convert/synthetic.h"
 #include "golden_test_util.h"
-#include "model/hybrid_forward.h"
+#include "backend/cpu/hybrid_forward.h"
 #include "model/model.h"
 
 namespace pelican {

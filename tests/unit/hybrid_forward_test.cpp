@@ -1,4 +1,4 @@
-// The hybrid Qwen3.5 CPU forward pass (model/hybrid_forward.h) on tiny random models written as HF
+// The hybrid Qwen3.5 CPU forward pass (backend/cpu/hybrid_forward.h) on tiny random models written as HF
 // folders by the test: logits at every position against an independent double-precision reference
 // (tests/unit/hybrid_test_util.h) for qwen3_5_moe (fused experts, model.language_model.* names, MTP
 // block) and dense qwen3_5 (model.* names); per-expert tensors give the same logits as fused ones;
@@ -10,7 +10,7 @@
 #include "golden_test_util.h"
 #include "hybrid_test_util.h"
 #include "convert/convert.h"
-#include "model/hybrid_forward.h"
+#include "backend/cpu/hybrid_forward.h"
 #include "model/model.h"
 #include "pelican/engine.h"
 #include "runtime/forward_factory.h"

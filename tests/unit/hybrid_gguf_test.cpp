@@ -12,7 +12,7 @@
 #include "formats/gguf.h"
 #include "golden_test_util.h"
 #include "hybrid_test_util.h"
-#include "model/hybrid_forward.h"
+#include "backend/cpu/hybrid_forward.h"
 #include "model/model.h"
 
 namespace pelican {

@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "golden_test_util.h"
-#include "model/hybrid_forward.h"
+#include "backend/cpu/hybrid_forward.h"
 #include "model/model.h"
 #include "pelican/engine.h"
 

@@ -9,7 +9,7 @@
 
 #include "golden_test_util.h"
 #include "hybrid_test_util.h"
-#include "model/hybrid_forward.h"
+#include "backend/cpu/hybrid_forward.h"
 #include "model/model.h"
 
 namespace pelican {

@@ -18,7 +18,7 @@
 #include "core/thread_pool.h"
 #include "model/forward.h"
 #include "runtime/forward_factory.h"
-#include "model/hybrid_forward.h"
+#include "backend/cpu/hybrid_forward.h"
 #include "model/model.h"
 #include "model_test_util.h"
 

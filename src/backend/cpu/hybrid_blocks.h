@@ -1,5 +1,5 @@
 // The blocks of the hybrid Qwen3.5 stack on the CPU, written once for every pass that runs them
-// (the CPU executor, backend/cpu/cpu_executor.h, and the MTP pass, model/hybrid_forward.h): Gated
+// (the CPU executor, backend/cpu/cpu_executor.h, and the MTP pass, backend/cpu/hybrid_forward.h): Gated
 // DeltaNet, gated full attention, MoE with a shared expert, dense SwiGLU MLP. Each works on rows
 // [n, ...] of a step (any mix of sequences): the matmuls run once over all rows; what is per
 // sequence (the DeltaNet's conv and delta rule over its state, attention over its KV) is a

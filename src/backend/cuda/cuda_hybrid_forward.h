@@ -1,4 +1,4 @@
-// The forward pass of the hybrid Qwen3.5 stack (qwen35moe / qwen35; model/hybrid_forward.h is the
+// The forward pass of the hybrid Qwen3.5 stack (qwen35moe / qwen35; backend/cpu/hybrid_forward.h is the
 // CPU pass it mirrors) on one CUDA GPU.
 //
 // A decode step is a micro-batch of one token (the GEMV kernels take up to kMicro = 8). A prompt runs
@@ -73,7 +73,7 @@ public:
 
     int64_t n_past() const { return static_cast<int64_t>(history_.size()); }
 
-    // ---- multi-token prediction (as HybridForward::mtp_eval; model/hybrid_forward.h) ----
+    // ---- multi-token prediction (as HybridForward::mtp_eval; backend/cpu/hybrid_forward.h) ----
     bool has_mtp() const { return gm_->mtp().present; }
     // Runs the MTP block on n rows: row i is main position p = pos0 + i with hidden[i] = h_p (the final-
     // normed hidden state, host memory [n, n_embd]) and next_tokens[i] = x_{p+1}; writes MTP KV slots

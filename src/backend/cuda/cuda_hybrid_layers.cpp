@@ -1,5 +1,5 @@
 // The blocks of CudaHybridForward (cuda_hybrid_forward.h) for one micro-batch of n <= kMicro tokens:
-// Gated DeltaNet, gated attention, MoE, dense MLP; mirrors model/hybrid_layers.cpp. Everything is
+// Gated DeltaNet, gated attention, MoE, dense MLP; mirrors backend/cpu/hybrid_blocks.cpp. Everything is
 // graph-capturable (the one-token step is captured): no allocation, no host synchronisation.
 #include <algorithm>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 // Hybrid Qwen3.5 forward pass: creation, scratch, positions / replay, embedding and output head
-// (model/hybrid_forward.h). The per-layer blocks are in hybrid_layers.cpp.
-#include "model/hybrid_forward.h"
+// (backend/cpu/hybrid_forward.h). The per-layer blocks are in hybrid_forward_layers.cpp.
+#include "backend/cpu/hybrid_forward.h"
 
 #include <algorithm>
 

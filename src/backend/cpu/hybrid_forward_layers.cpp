@@ -1,8 +1,8 @@
-// The per-layer steps of the hybrid Qwen3.5 MTP pass (model/hybrid_forward.h) over one sequence's
+// The per-layer steps of the hybrid Qwen3.5 MTP pass (backend/cpu/hybrid_forward.h) over one sequence's
 // contiguous caches; the blocks themselves are backend/cpu/hybrid_blocks.h. Each reads the normed
 // input xn_ [n, n_embd] and writes proj_ [n, n_embd].
 #include "backend/cpu/cpu_ops.h"
-#include "model/hybrid_forward.h"
+#include "backend/cpu/hybrid_forward.h"
 
 namespace pelican {
 
