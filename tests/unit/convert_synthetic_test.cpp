@@ -25,7 +25,6 @@
 #include "formats/safetensors.h"
 #include "model/forward.h"
 #include "runtime/forward_factory.h"
-#include "backend/cpu/hybrid_forward.h"
 #include "model/model.h"
 #include "model/rope_permute.h"
 #include "tokenizer/tokenizer.h"
@@ -208,7 +207,7 @@ TEST(Convert, SyntheticQwen35) {
         for (float x : to_f32(*f, *f->find_tensor("blk.0.ssm_a"))) EXPECT_LT(x, 0.0f);
         auto m = Model::load(out);
         ASSERT_TRUE(m.ok()) << arch << ": " << m.error().message;
-        auto fw = HybridForward::create(**m, ForwardOptions{.n_ctx = 16});
+        auto fw = create_cpu_pass(**m, ForwardOptions{.n_ctx = 16});
         ASSERT_TRUE(fw.ok()) << fw.error().message;
         const std::vector<int32_t> toks = {1, 450, 4996, 17354, 1701, 29916};
         std::vector<float> logits(toks.size() * static_cast<size_t>((*m)->hparams().n_vocab));

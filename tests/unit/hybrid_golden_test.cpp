@@ -4,13 +4,15 @@
 // transformers in float64) at every position of a 150-token and a 17-token sequence and of a 274-token
 // prompt, the 32-token greedy continuation and the logits of each greedy step. pelican must match all logits
 // within 1e-4 relative to each row's largest logit, through the chunked prefill and token by token,
-// reproduce the prompt's token ids, and generate the same greedy tokens.
+// reproduce the prompt's token ids, and generate the same greedy tokens. Logits come from the CPU executor
+// (create_cpu_pass: a SequencePass; prompts in steps of 512 rows, chunked DeltaNet; token by token, a state
+// per token).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "golden_test_util.h"
-#include "backend/cpu/hybrid_forward.h"
+#include "runtime/forward_factory.h"
 #include "model/model.h"
 #include "pelican/engine.h"
 
@@ -43,7 +45,7 @@ protected:
     }
     // Logits of every token, in one eval (n_batch 512: chunked DeltaNet) or token by token.
     std::vector<float> run(const std::vector<int32_t>& toks, bool one_by_one) {
-        auto f = HybridForward::create(*model_, ForwardOptions{.n_ctx = 512});
+        auto f = create_cpu_pass(*model_, ForwardOptions{.n_ctx = 512});
         EXPECT_TRUE(f.ok()) << f.error().message;
         ThreadPool pool(2);
         std::vector<float> got(toks.size() * V_);
@@ -110,7 +112,7 @@ TEST_P(HybridGolden, GreedyMatchesTransformers) {
     // The logits of each decode step (prefill's last row, then one recurrent step per greedy token).
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), want.begin(), want.end() - 1);
-    auto f = HybridForward::create(*model_, ForwardOptions{.n_ctx = 512});
+    auto f = create_cpu_pass(*model_, ForwardOptions{.n_ctx = 512});
     ASSERT_TRUE(f.ok());
     ThreadPool pool(2);
     std::vector<float> steps;
