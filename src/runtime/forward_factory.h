@@ -1,5 +1,5 @@
-// Picks and creates the forward pass for a model on a device: the CPU passes (backend/cpu/cpu_executor.h,
-// backend/cpu/hybrid_forward.h) or a device backend's (runtime/device_backend.h; CUDA is a library
+// Picks and creates the forward pass for a model on a device: the CPU's (a SequencePass on
+// backend/cpu/cpu_executor.h) or a device backend's (runtime/device_backend.h; CUDA is a library
 // loaded on first use). The rest of the runtime (Engine, Session, bench) never names a backend
 // class.
 //

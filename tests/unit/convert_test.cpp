@@ -27,7 +27,6 @@
 #include "formats/safetensors.h"
 #include "model/forward.h"
 #include "runtime/forward_factory.h"
-#include "backend/cpu/hybrid_forward.h"
 #include "model/model.h"
 #include "model/rope_permute.h"
 #include "tokenizer/tokenizer.h"

@@ -20,7 +20,7 @@
 #include "backend/cuda/tuning.h"
 #include "convert/synthetic.h"
 #include "golden_test_util.h"
-#include "backend/cpu/hybrid_forward.h"
+#include "executor_test_util.h"
 #include "model/model.h"
 
 namespace pelican {
@@ -205,11 +205,10 @@ void check_synthetic_gpu_vs_cpu(const std::string& arch, const std::string& conf
     const size_t V = static_cast<size_t>((*model)->hparams().n_vocab);
     std::vector<int32_t> toks;
     for (int i = 0; i < 21; ++i) toks.push_back(static_cast<int32_t>((i * 7919 + 13) % static_cast<int>(V)));
-    auto cpu = HybridForward::create(**model, ForwardOptions{.n_ctx = 64});
-    ASSERT_TRUE(cpu.ok()) << cpu.error().message;
     ThreadPool pool(2);
-    std::vector<float> want(toks.size() * V), got(toks.size() * V), step(toks.size() * V);
-    ASSERT_TRUE((*cpu)->eval(toks, 0, pool, want).ok());
+    const std::vector<float> want = test::run_executor(**model, toks).main;  // the CPU executor, one step
+    ASSERT_EQ(want.size(), toks.size() * V);
+    std::vector<float> got(toks.size() * V), step(toks.size() * V);
     auto gm = cuda::GpuModel::upload(**model, /*log_progress=*/false);
     ASSERT_TRUE(gm.ok()) << gm.error().message;
     auto gpu = cuda::CudaHybridForward::create(std::shared_ptr<const cuda::GpuModel>(std::move(gm).value()),
@@ -288,8 +287,8 @@ TEST(CudaHybridSynthetic, DenseMatchesCpu) {
     check_synthetic_gpu_vs_cpu("qwen3_5", kSyntheticHybrid);
 }
 
-// The MTP block on the GPU (CudaHybridForward::mtp_eval) against the CPU's HybridForward::mtp_eval on the
-// same rows (hidden states from the CPU pass): every row's logits within 1e-4, mtp_logits() = the last
+// The MTP block on the GPU (CudaHybridForward::mtp_eval) against the CPU executor's mtp_step on the
+// same rows (hidden states from the CPU executor): every row's logits within 1e-4, mtp_logits() = the last
 // row, and a rewound second call (MTP slots 5..8 again) reproduces those rows.
 TEST(CudaHybridSynthetic, MtpMatchesCpu) {
     if (!cuda::gpu_available()) GTEST_SKIP() << "no CUDA device";
@@ -303,18 +302,15 @@ TEST(CudaHybridSynthetic, MtpMatchesCpu) {
                  E = static_cast<size_t>(model.hparams().n_embd);
     std::vector<int32_t> toks;
     for (int i = 0; i < 13; ++i) toks.push_back(static_cast<int32_t>((i * 104729 + 5) % static_cast<int>(V)));
-    auto cpu = HybridForward::create(model, ForwardOptions{.n_ctx = 64});
-    ASSERT_TRUE(cpu.ok()) << cpu.error().message;
-    ASSERT_TRUE((*cpu)->has_mtp());
-    ThreadPool pool(2);
-    (*cpu)->set_keep_hidden(true);
-    ASSERT_TRUE((*cpu)->eval(toks, 0, pool).ok());
-    const std::vector<float> hidden((*cpu)->hidden_rows().begin(), (*cpu)->hidden_rows().end());
-    ASSERT_EQ(hidden.size(), toks.size() * E);
+    ASSERT_TRUE(model.weights().mtp.present);
     std::vector<int32_t> next(toks.begin() + 1, toks.end());
     next.push_back(3);
-    std::vector<float> want(next.size() * V), got(next.size() * V), again(4 * V);
-    ASSERT_TRUE((*cpu)->mtp_eval(next, hidden, 0, pool, want).ok());
+    const test::ExecutorLogits cpu = test::run_executor(model, toks, next);
+    const std::vector<float>& hidden = cpu.hidden;
+    ASSERT_EQ(hidden.size(), toks.size() * E);
+    const std::vector<float>& want = cpu.mtp;
+    ASSERT_EQ(want.size(), next.size() * V);
+    std::vector<float> got(next.size() * V), again(4 * V);
 
     auto gm = cuda::GpuModel::upload(model, /*log_progress=*/false);
     ASSERT_TRUE(gm.ok()) << gm.error().message;

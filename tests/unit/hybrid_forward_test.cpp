@@ -1,8 +1,8 @@
-// The hybrid Qwen3.5 CPU forward pass (backend/cpu/hybrid_forward.h) on tiny random models written as HF
-// folders by the test: logits at every position against an independent double-precision reference
-// (tests/unit/hybrid_test_util.h) for qwen3_5_moe (fused experts, model.language_model.* names, MTP
+// The hybrid Qwen3.5 stack on the CPU (create_cpu_pass: a SequencePass on the CPU executor) on tiny random
+// models written as HF folders by the test: logits at every position against an independent double-precision
+// reference (tests/unit/hybrid_test_util.h) for qwen3_5_moe (fused experts, model.language_model.* names, MTP
 // block) and dense qwen3_5 (model.* names); per-expert tensors give the same logits as fused ones;
-// chunked prefill then decode equals token-by-token decode; rewinding replays; errors are clear.
+// chunked prefill then decode equals token-by-token decode; rewinding re-feeds; errors are clear.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -10,10 +10,9 @@
 #include "golden_test_util.h"
 #include "hybrid_test_util.h"
 #include "convert/convert.h"
-#include "backend/cpu/hybrid_forward.h"
+#include "runtime/forward_factory.h"
 #include "model/model.h"
 #include "pelican/engine.h"
-#include "runtime/forward_factory.h"
 
 namespace pelican {
 namespace {
@@ -50,7 +49,7 @@ struct Fixture {
     }
 
     std::vector<float> run(const std::vector<int32_t>& toks, int64_t n_batch = 512) const {
-        auto f = HybridForward::create(*model, ForwardOptions{.n_ctx = 256, .n_batch = n_batch});
+        auto f = create_cpu_pass(*model, ForwardOptions{.n_ctx = 256, .n_batch = n_batch});
         EXPECT_TRUE(f.ok()) << f.error().message;
         ThreadPool pool(2);
         std::vector<float> got(toks.size() * static_cast<size_t>(spec.n_vocab));
@@ -74,7 +73,7 @@ HybridSpec dense_spec() {
     return s;
 }
 
-TEST(HybridForward, MoeMatchesDoubleReference) {
+TEST(HybridCpu, MoeMatchesDoubleReference) {
     Fixture fx(moe_spec(), "hyb_moe");
     ASSERT_TRUE(fx.model);
     EXPECT_EQ(fx.model->arch().name, "qwen35moe");
@@ -87,7 +86,7 @@ TEST(HybridForward, MoeMatchesDoubleReference) {
     fmt::print("{}\n", fx.model->describe());
 }
 
-TEST(HybridForward, DenseMatchesDoubleReference) {
+TEST(HybridCpu, DenseMatchesDoubleReference) {
     Fixture fx(dense_spec(), "hyb_dense");
     ASSERT_TRUE(fx.model);
     EXPECT_EQ(fx.model->arch().name, "qwen35");
@@ -98,7 +97,7 @@ TEST(HybridForward, DenseMatchesDoubleReference) {
     EXPECT_LT(d, 1e-4);
 }
 
-TEST(HybridForward, PerExpertTensorsEqualFused) {
+TEST(HybridCpu, PerExpertTensorsEqualFused) {
     HybridSpec s = moe_spec();
     s.prefix = "model.";
     Fixture fused(s, "hyb_fused"), split(s, "hyb_split", /*unfuse=*/true);
@@ -145,7 +144,7 @@ test::HfWeightsMap fuse_qwen3_next(const test::HfWeightsMap& w, const HybridSpec
     return out;
 }
 
-TEST(HybridForward, Qwen3NextFusedProjectionsEqualQwen35) {
+TEST(HybridCpu, Qwen3NextFusedProjectionsEqualQwen35) {
     HybridSpec s = moe_spec();
     s.prefix = "model.";
     s.mtp = false;
@@ -164,7 +163,7 @@ TEST(HybridForward, Qwen3NextFusedProjectionsEqualQwen35) {
     ASSERT_TRUE(next.ok()) << next.error().message;
     EXPECT_EQ((*next)->arch().name, "qwen3next");
     const auto toks = random_tokens(70, s.n_vocab, 4);
-    auto f = HybridForward::create(**next, ForwardOptions{.n_ctx = 256});
+    auto f = create_cpu_pass(**next, ForwardOptions{.n_ctx = 256});
     ASSERT_TRUE(f.ok()) << f.error().message;
     ThreadPool pool(2);
     std::vector<float> got(toks.size() * static_cast<size_t>(s.n_vocab));
@@ -177,14 +176,14 @@ TEST(HybridForward, Qwen3NextFusedProjectionsEqualQwen35) {
         << job.error().message;
 }
 
-TEST(HybridForward, ChunkedPrefillThenDecodeEqualsTokenByToken) {
+TEST(HybridCpu, ChunkedPrefillThenDecodeEqualsTokenByToken) {
     Fixture fx(moe_spec(), "hyb_chunk");
     ASSERT_TRUE(fx.model);
     const size_t V = static_cast<size_t>(fx.spec.n_vocab);
     const auto toks = random_tokens(140, fx.spec.n_vocab, 4);
     ThreadPool pool(2);
     // Token by token: every DeltaNet step is the recurrent form.
-    auto one = HybridForward::create(*fx.model, ForwardOptions{.n_ctx = 256});
+    auto one = create_cpu_pass(*fx.model, ForwardOptions{.n_ctx = 256});
     ASSERT_TRUE(one.ok());
     std::vector<float> step(toks.size() * V);
     for (size_t t = 0; t < toks.size(); ++t)
@@ -194,7 +193,7 @@ TEST(HybridForward, ChunkedPrefillThenDecodeEqualsTokenByToken) {
                         .ok());
     // Prefill 100 (chunked form, n_batch 512 and n_batch 48), then decode 40.
     for (int64_t n_batch : {int64_t{512}, int64_t{48}}) {
-        auto mix = HybridForward::create(*fx.model, ForwardOptions{.n_ctx = 256, .n_batch = n_batch});
+        auto mix = create_cpu_pass(*fx.model, ForwardOptions{.n_ctx = 256, .n_batch = n_batch});
         ASSERT_TRUE(mix.ok());
         std::vector<float> got(toks.size() * V);
         ASSERT_TRUE((*mix)->eval(std::span(toks).first(100), 0, pool, std::span(got).first(100 * V)).ok());
@@ -206,17 +205,17 @@ TEST(HybridForward, ChunkedPrefillThenDecodeEqualsTokenByToken) {
         const double d = golden::row_rel_diff(got, step, V);
         fmt::print("chunked prefill (n_batch {}) + decode vs token by token: {:.2e}\n", n_batch, d);
         EXPECT_LT(d, 1e-5) << "n_batch " << n_batch;
-        EXPECT_EQ((*mix)->n_past(), 140);
+        EXPECT_EQ((*mix)->memory().length((*mix)->seq()), 140);
     }
 }
 
-TEST(HybridForward, RewindReplaysKeptTokens) {
+TEST(HybridCpu, RewindReplaysKeptTokens) {
     Fixture fx(dense_spec(), "hyb_rewind");
     ASSERT_TRUE(fx.model);
     const size_t V = static_cast<size_t>(fx.spec.n_vocab);
     const auto a = random_tokens(80, fx.spec.n_vocab, 5), b = random_tokens(30, fx.spec.n_vocab, 6);
     ThreadPool pool(2);
-    auto f = HybridForward::create(*fx.model, ForwardOptions{.n_ctx = 256});
+    auto f = create_cpu_pass(*fx.model, ForwardOptions{.n_ctx = 256});
     ASSERT_TRUE(f.ok());
     ASSERT_TRUE((*f)->eval(a, 0, pool).ok());
     std::vector<float> got(b.size() * V);
@@ -230,7 +229,7 @@ TEST(HybridForward, RewindReplaysKeptTokens) {
     EXPECT_FALSE((*f)->eval(b, 100, pool).ok());  // a gap: cannot skip positions
 }
 
-TEST(HybridForward, MtpWeightsAddressable) {
+TEST(HybridCpu, MtpWeightsAddressable) {
     Fixture fx(moe_spec(), "hyb_mtp");
     ASSERT_TRUE(fx.model);
     const ModelWeights* hw = &fx.model->weights();
@@ -251,7 +250,7 @@ TEST(HybridForward, MtpWeightsAddressable) {
     EXPECT_EQ(hw->mtp.norm_embd[0], fx.w.at("mtp.pre_fc_norm_embedding.weight").data[0]);
 }
 
-TEST(HybridForward, EngineGeneratesAndCudaIsRefusedClearly) {
+TEST(HybridCpu, EngineGeneratesAndCudaIsRefusedClearly) {
     Fixture fx(moe_spec(), "hyb_engine");
     ASSERT_TRUE(fx.model);
     auto e = Engine::load(fx.dir.str(), EngineOptions{.load_tokenizer = false});
@@ -288,7 +287,7 @@ TEST(HybridForward, EngineGeneratesAndCudaIsRefusedClearly) {
         << cuda.error().message;
 }
 
-TEST(HybridForward, MissingTensorIsNamed) {
+TEST(HybridCpu, MissingTensorIsNamed) {
     HybridSpec s = dense_spec();
     auto w = test::hybrid_weights(s);
     w.erase("model.layers.1.linear_attn.A_log");

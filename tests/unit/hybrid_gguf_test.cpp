@@ -12,7 +12,7 @@
 #include "formats/gguf.h"
 #include "golden_test_util.h"
 #include "hybrid_test_util.h"
-#include "backend/cpu/hybrid_forward.h"
+#include "executor_test_util.h"
 #include "model/model.h"
 
 namespace pelican {
@@ -32,25 +32,12 @@ struct Logits {
     std::vector<float> main, mtp;
 };
 
-// All logits of `toks`, then the MTP logits primed over the whole sequence.
+// All logits of `toks` (CPU executor, one step), then the MTP logits over the whole sequence (one MTP step).
 Logits run(const Model& m, const std::vector<int32_t>& toks, int64_t vocab, bool mtp) {
-    Logits out;
-    auto f = HybridForward::create(m, ForwardOptions{.n_ctx = 256, .n_batch = 64});
-    EXPECT_TRUE(f.ok()) << f.error().message;
-    if (!f.ok()) return out;
-    ThreadPool pool(2);
-    (*f)->set_keep_hidden(true);
-    out.main.resize(toks.size() * static_cast<size_t>(vocab));
-    EXPECT_TRUE((*f)->eval(toks, 0, pool, out.main).ok());
-    if (mtp) {
-        EXPECT_TRUE((*f)->has_mtp());
-        const size_t n = toks.size() - 1;
-        out.mtp.resize(n * static_cast<size_t>(vocab));
-        const auto rows = (*f)->hidden_rows().first(n * static_cast<size_t>(m.hparams().n_embd));
-        auto st = (*f)->mtp_eval(std::span(toks).subspan(1), rows, 0, pool, out.mtp);
-        EXPECT_TRUE(st.ok()) << st.error().message;
-    }
-    return out;
+    EXPECT_EQ(m.weights().mtp.present, mtp);
+    EXPECT_EQ(m.hparams().n_vocab, vocab);
+    auto r = test::run_executor(m, toks, mtp ? std::span(toks).subspan(1) : std::span<const int32_t>{});
+    return Logits{std::move(r.main), std::move(r.mtp)};
 }
 
 void check_round_trip(HybridSpec s, const std::string& tag, bool unfuse) {

@@ -1,15 +1,16 @@
-// Multi-token prediction of the hybrid Qwen3.5 CPU pass (HybridForward::mtp_eval / mtp_draft) on tiny
-// random models with an mtp.* block, written as HF folders by the test: the MTP logits against the
-// double-precision reference's mtp_step (tests/unit/hybrid_test_util.h, written from research §1.7)
-// over many consecutive positions (the MTP KV cache grows), a batched priming of the MTP cache from
-// the prefill's hidden states, rewinding, the dense variant and clear errors.
+// Multi-token prediction on the CPU executor (Executor::mtp_step) of tiny random Qwen3.5 models with an
+// mtp.* block, written as HF folders by the test, one sequence the way speculative decoding drives it: the
+// MTP logits against the double-precision reference's mtp_step (tests/unit/hybrid_test_util.h, written from
+// research §1.7) over many consecutive positions (decode a token, draft the next; the MTP K/V grows), a
+// batched priming of the MTP rows from the prefill's hidden states, rewriting MTP rows, the dense variant and
+// clear errors. (Batches of many sequences: cpu_executor_mtp_test.)
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "golden_test_util.h"
 #include "hybrid_test_util.h"
-#include "backend/cpu/hybrid_forward.h"
+#include "backend/cpu/cpu_executor.h"
 #include "model/model.h"
 
 namespace pelican {
@@ -23,6 +24,58 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
     for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
     return t;
 }
+
+// One sequence on a CPU executor with MTP pools: step() feeds main tokens (hidden rows kept), draft() runs
+// the MTP block over rows (token x_{p+1}, hidden h_p) at positions p0.. .
+struct MtpSeq {
+    const Model& m;
+    std::unique_ptr<cpu::CpuExecutor> exec;
+    std::unique_ptr<SequenceMemory> mem;
+    SeqId s = 0;
+    ThreadPool pool{2};
+    std::vector<float> hidden;  // [length, n_embd] every main position's hidden row
+
+    explicit MtpSeq(const Model& model, int64_t n_ctx = 128) : m(model) {
+        auto e = cpu::CpuExecutor::create(m, {.max_batch_tokens = 96});
+        EXPECT_TRUE(e.ok()) << e.error().message;
+        if (!e.ok()) return;
+        exec = std::move(e).value();
+        auto mm = exec->create_memory({.max_seqs = 1, .max_seq_tokens = n_ctx, .mtp = true});
+        EXPECT_TRUE(mm.ok()) << mm.error().message;
+        if (!mm.ok()) return;
+        mem = std::move(mm).value();
+        s = mem->open().value();
+    }
+    Batch rows(std::span<const int32_t> t, int64_t p0) {
+        pos_.resize(t.size());
+        seq_.assign(t.size(), s);
+        out_.resize(t.size());
+        for (size_t i = 0; i < t.size(); ++i)
+            pos_[i] = p0 + static_cast<int64_t>(i), out_[i] = static_cast<int32_t>(i);
+        return Batch{t, pos_, seq_, out_};
+    }
+    Status step(std::span<const int32_t> t) {
+        const size_t E = static_cast<size_t>(m.hparams().n_embd);
+        std::vector<float> h(t.size() * E);
+        PELICAN_TRY(exec->step(rows(t, mem->length(s)), *mem, StepOutputs{.hidden = h}, pool));
+        hidden.insert(hidden.end(), h.begin(), h.end());
+        return {};
+    }
+    // Drafts for positions p0 .. p0 + next.size() - 1 from hid (default: the kept hidden rows).
+    Status draft(std::span<const int32_t> next, int64_t p0, std::vector<float>& logits,
+                 std::span<const float> hid = {}) {
+        const size_t E = static_cast<size_t>(m.hparams().n_embd),
+                     V = static_cast<size_t>(m.hparams().n_vocab);
+        if (hid.empty()) hid = std::span(hidden).subspan(static_cast<size_t>(p0) * E, next.size() * E);
+        logits.resize(next.size() * V);
+        return exec->mtp_step(rows(next, p0), hid, *mem, StepOutputs{.logits = logits}, pool);
+    }
+
+private:
+    std::vector<int64_t> pos_;
+    std::vector<SeqId> seq_;
+    std::vector<int32_t> out_;
+};
 
 std::unique_ptr<Model> load(const test::TempDir& dir, const HybridSpec& s, const test::HfWeightsMap& w) {
     test::write_hybrid_folder(dir.str(), s, w);
@@ -53,20 +106,19 @@ void check_step_by_step(const HybridSpec& s, const std::string& tag) {
     ASSERT_TRUE(model);
     const auto toks = random_tokens(40, s.n_vocab, 11);
     const RefMtp want = reference_mtp(s, w, toks);
-    auto f = HybridForward::create(*model, ForwardOptions{.n_ctx = 64});
-    ASSERT_TRUE(f.ok()) << f.error().message;
-    ASSERT_TRUE((*f)->has_mtp());
-    ThreadPool pool(2);
-    std::vector<float> got, hidden;
+    MtpSeq q(*model);
+    ASSERT_TRUE(q.mem);
+    std::vector<float> got, one;
     for (size_t p = 0; p + 1 < toks.size(); ++p) {
-        ASSERT_TRUE((*f)->eval(std::span(&toks[p], 1), static_cast<int64_t>(p), pool).ok());
-        hidden.insert(hidden.end(), (*f)->last_hidden().begin(), (*f)->last_hidden().end());
-        auto st = (*f)->mtp_draft(toks[p + 1], pool);
+        ASSERT_TRUE(q.step(std::span(&toks[p], 1)).ok());
+        auto st = q.draft(std::span(&toks[p + 1], 1), static_cast<int64_t>(p), one);
         ASSERT_TRUE(st.ok()) << st.error().message;
-        EXPECT_EQ((*f)->mtp_n_past(), static_cast<int64_t>(p) + 1);
-        got.insert(got.end(), (*f)->mtp_logits().begin(), (*f)->mtp_logits().end());
+        EXPECT_EQ(q.mem->mtp_length(q.s), static_cast<int64_t>(p) + 1);
+        got.insert(got.end(), one.begin(), one.end());
     }
     const auto V = static_cast<size_t>(s.n_vocab);
+    const std::vector<float> hidden(q.hidden.begin(),
+                                    q.hidden.begin() + static_cast<long>(want.hidden.size()));
     const double dh = golden::row_rel_diff(hidden, want.hidden, static_cast<size_t>(s.n_embd));
     const double d = golden::row_rel_diff(got, want.logits, V);
     fmt::print(
@@ -91,8 +143,8 @@ TEST(HybridMtp, DenseStepsMatchDoubleReference) {
     check_step_by_step(s, "mtp_dense");
 }
 
-// Prefill keeps every hidden state; one batched mtp_eval primes the MTP cache for the prompt, then
-// decode + draft continue; a rewound mtp_eval recomputes the same logits.
+// The prompt in one step keeps every hidden row; one MTP step primes the MTP rows for the prompt, then
+// decode + draft continue; rewriting MTP rows 50..59 recomputes the same logits.
 TEST(HybridMtp, BatchedPrimingThenDraftsEqualsReference) {
     HybridSpec s;
     s.mtp = true;
@@ -104,44 +156,38 @@ TEST(HybridMtp, BatchedPrimingThenDraftsEqualsReference) {
     const auto toks = random_tokens(90, s.n_vocab, 12);
     const RefMtp want = reference_mtp(s, w, toks);
     const auto V = static_cast<size_t>(s.n_vocab), E = static_cast<size_t>(s.n_embd);
-    ThreadPool pool(2);
-    auto f = HybridForward::create(*model, ForwardOptions{.n_ctx = 128, .n_batch = 48});
-    ASSERT_TRUE(f.ok()) << f.error().message;
-    (*f)->set_keep_hidden(true);
-    const size_t P = 70;  // prompt x_0..x_69 (two chunks of the main pass and of the MTP pass)
-    ASSERT_TRUE((*f)->eval(std::span(toks).first(P), 0, pool).ok());
-    ASSERT_EQ((*f)->hidden_rows().size(), P * E);
-    const std::vector<float> rows((*f)->hidden_rows().begin(), (*f)->hidden_rows().end());
-    std::vector<float> got((P - 1) * V);
-    auto st =
-        (*f)->mtp_eval(std::span(toks).subspan(1, P - 1), std::span(rows).first((P - 1) * E), 0, pool, got);
+    MtpSeq q(*model);
+    ASSERT_TRUE(q.mem);
+    const size_t P = 70;  // prompt x_0..x_69
+    ASSERT_TRUE(q.step(std::span(toks).first(P)).ok());
+    ASSERT_EQ(q.hidden.size(), P * E);
+    std::vector<float> got, one;
+    // Rows 0..69: x_1..x_70 (x_70 the "sampled" token after the prompt).
+    auto st = q.draft(std::span(toks).subspan(1, P), 0, got);
     ASSERT_TRUE(st.ok()) << st.error().message;
-    // The last prompt row drafts from the "sampled" x_70.
-    ASSERT_TRUE((*f)->mtp_draft(toks[P], pool).ok());
-    got.insert(got.end(), (*f)->mtp_logits().begin(), (*f)->mtp_logits().end());
     for (size_t p = P; p + 1 < toks.size(); ++p) {
-        ASSERT_TRUE((*f)->eval(std::span(&toks[p], 1), static_cast<int64_t>(p), pool).ok());
-        ASSERT_TRUE((*f)->mtp_draft(toks[p + 1], pool).ok());
-        got.insert(got.end(), (*f)->mtp_logits().begin(), (*f)->mtp_logits().end());
+        ASSERT_TRUE(q.step(std::span(&toks[p], 1)).ok());
+        ASSERT_TRUE(q.draft(std::span(&toks[p + 1], 1), static_cast<int64_t>(p), one).ok());
+        got.insert(got.end(), one.begin(), one.end());
     }
     const double d = golden::row_rel_diff(got, want.logits, V);
-    fmt::print("batched MTP priming (69 rows) + 20 drafts vs double reference: {:.2e}\n", d);
+    fmt::print("batched MTP priming (70 rows) + 19 drafts vs double reference: {:.2e}\n", d);
     EXPECT_LT(d, 1e-4);
-    EXPECT_EQ((*f)->mtp_n_past(), static_cast<int64_t>(toks.size()) - 1);
+    EXPECT_EQ(q.mem->mtp_length(q.s), static_cast<int64_t>(toks.size()) - 1);
 
-    // Rewind the MTP cache to slot 50 and redo 50..59 from the reference's hidden states.
-    std::vector<float> again(10 * V);
-    ASSERT_TRUE((*f)->mtp_eval(std::span(toks).subspan(51, 10),
-                               std::span(want.hidden).subspan(50 * E, 10 * E), 50, pool, again)
-                    .ok());
+    // Rewrite MTP rows 50..59 from the reference's hidden states.
+    std::vector<float> again;
+    ASSERT_TRUE(
+        q.draft(std::span(toks).subspan(51, 10), 50, again, std::span(want.hidden).subspan(50 * E, 10 * E))
+            .ok());
     const std::vector<float> ref10(want.logits.begin() + static_cast<long>(50 * V),
                                    want.logits.begin() + static_cast<long>(60 * V));
     EXPECT_LT(golden::row_rel_diff(again, ref10, V), 1e-4);
-    EXPECT_EQ((*f)->mtp_n_past(), 60);
+    EXPECT_EQ(q.mem->mtp_length(q.s), static_cast<int64_t>(toks.size()) - 1);  // never shrinks by a rewrite
 
-    // Errors: skipping past the cache, wrong hidden size, no model MTP block.
-    EXPECT_FALSE((*f)->mtp_eval(std::span(toks).first(1), std::span(rows).first(E), 70, pool).ok());
-    EXPECT_FALSE((*f)->mtp_eval(std::span(toks).first(2), std::span(rows).first(E), 0, pool).ok());
+    // Errors: past the main positions, wrong hidden size.
+    EXPECT_FALSE(q.draft(std::span(toks).first(1), 89, one, std::span(q.hidden).first(E)).ok());
+    EXPECT_FALSE(q.draft(std::span(toks).first(2), 0, one, std::span(q.hidden).first(E)).ok());
 }
 
 TEST(HybridMtp, ModelWithoutMtpIsRefused) {
@@ -150,15 +196,25 @@ TEST(HybridMtp, ModelWithoutMtpIsRefused) {
     test::TempDir dir("mtp_none");
     auto model = load(dir, s, w);
     ASSERT_TRUE(model);
-    auto f = HybridForward::create(*model, ForwardOptions{.n_ctx = 16});
-    ASSERT_TRUE(f.ok());
-    EXPECT_FALSE((*f)->has_mtp());
-    ThreadPool pool(2);
+    EXPECT_FALSE(model->weights().mtp.present);
+    auto e = cpu::CpuExecutor::create(*model, {.max_batch_tokens = 8});
+    ASSERT_TRUE(e.ok());
+    auto mem = (*e)->create_memory({.max_seqs = 1, .max_seq_tokens = 16});
+    ASSERT_TRUE(mem.ok());
+    const SeqId a = (*mem)->open().value();
     const int32_t t = 1;
-    ASSERT_TRUE((*f)->eval(std::span(&t, 1), 0, pool).ok());
-    auto st = (*f)->mtp_draft(2, pool);
+    const int64_t p = 0;
+    const int32_t row = 0;
+    ThreadPool pool(2);
+    ASSERT_TRUE((*e)->step(Batch{std::span(&t, 1), std::span(&p, 1), std::span(&a, 1), std::span(&row, 1)},
+                           **mem, {}, pool)
+                    .ok());
+    std::vector<float> h(static_cast<size_t>(s.n_embd));
+    auto st = (*e)->mtp_step(Batch{std::span(&t, 1), std::span(&p, 1), std::span(&a, 1), std::span(&row, 1)},
+                             h, **mem, {}, pool);
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.error().message.find("no MTP block"), std::string::npos) << st.error().message;
+    EXPECT_FALSE((*e)->create_memory({.max_seqs = 1, .max_seq_tokens = 16, .mtp = true}).ok());
 }
 
 }  // namespace

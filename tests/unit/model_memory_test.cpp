@@ -18,7 +18,6 @@
 #include "core/thread_pool.h"
 #include "model/forward.h"
 #include "runtime/forward_factory.h"
-#include "backend/cpu/hybrid_forward.h"
 #include "model/model.h"
 #include "model_test_util.h"
 
@@ -85,7 +84,7 @@ std::vector<int32_t> tokens(int n, int64_t n_vocab) {
     return t;
 }
 
-// The CPU pass of the model (the dense executor or the hybrid pass).
+// The CPU pass of the model (a SequencePass on the CPU executor).
 std::vector<float> logits(const Model& m, const std::vector<int32_t>& toks) {
     auto f = create_forward_pass(m, ForwardOptions{.n_ctx = 16}, Device::kCpu, nullptr);
     EXPECT_TRUE(f.ok()) << f.error().message;

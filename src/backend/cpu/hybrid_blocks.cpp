@@ -101,10 +101,6 @@ void swiglu_mlp(const SwigluWeights& W, const float* x, int64_t n, float* a, flo
 
 }  // namespace
 
-void HybridBlocks::mlp(const SwigluWeights& W, const float* xn, int64_t n, float* out, ThreadPool& pool) {
-    swiglu_mlp(W, xn, n, ff_a_.data(), ff_b_.data(), out, pool);
-}
-
 void HybridBlocks::moe(const MoeWeights& W, const float* xn, int64_t n, float* out, ThreadPool& pool) {
     const int64_t e = hp_.n_embd;
     const int E = hp_.moe.n_expert, k = hp_.moe.n_expert_used;

@@ -1,7 +1,6 @@
-// The blocks of the hybrid Qwen3.5 stack on the CPU, written once for every pass that runs them
-// (the CPU executor, backend/cpu/cpu_executor.h, and the MTP pass, backend/cpu/hybrid_forward.h): Gated
-// DeltaNet, gated full attention, MoE with a shared expert, dense SwiGLU MLP. Each works on rows
-// [n, ...] of a step (any mix of sequences): the matmuls run once over all rows; what is per
+// The blocks of the Qwen3.5 layer kinds on the CPU that the executor (backend/cpu/cpu_executor.h) runs
+// besides its attention and SwiGLU: Gated DeltaNet, gated full attention, MoE with a shared expert. Each
+// works on rows [n, ...] of a step (any mix of sequences): the matmuls run once over all rows; what is per
 // sequence (the DeltaNet's conv and delta rule over its state, attention over its KV) is a
 // separate call the pass makes per sequence. Scratch for max_rows rows is allocated once.
 #pragma once
@@ -42,7 +41,6 @@ public:
     void attention_finish(const AttentionWeights& W, int64_t n, float* out, ThreadPool& pool);
 
     // ---- FFN ----
-    void mlp(const SwigluWeights& W, const float* xn, int64_t n, float* out, ThreadPool& pool);
     void moe(const MoeWeights& W, const float* xn, int64_t n, float* out, ThreadPool& pool);
 
 private:
