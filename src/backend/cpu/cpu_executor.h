@@ -14,7 +14,8 @@
 // sequence's own pages. A DeltaNet layer runs its conv and delta rule per sequence: a step of at most
 // `checkpoints` tokens of a sequence goes token by token and leaves a state per token in the ring (so
 // a truncate within them is exact), a longer one uses the chunked form and leaves the last state.
-// Scratch is sized at create() for max_batch_tokens rows: step() never allocates.
+// Scratch is sized at create() for max_batch_tokens rows: step() never allocates. mtp_step runs the MTP
+// block (cpu_executor_mtp.cpp) through the same layer code, its K/V in the memory's pools after the stack's.
 //
 // Intermediates have names; a tap callback (debugging, eval) sees each one as it is produced, over
 // all rows of the step: "embd" [n, n_embd]; per layer "attn_norm" [n, n_embd], "q" [n, q_dim] and
