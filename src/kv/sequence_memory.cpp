@@ -111,18 +111,16 @@ Status SequenceMemory::reserve(SeqId s, int64_t n) {
     return grow_table(seqs_[static_cast<size_t>(s)], blocks_for(n, opt_.block_tokens));
 }
 
-Status SequenceMemory::prepare_mtp_write(SeqId s, int64_t pos, int64_t n) {
-    PELICAN_TRY(check_open(s, "mtp write"));
-    Seq& q = seqs_[static_cast<size_t>(s)];
-    if (pos < 0 || n <= 0 || pos + n > q.length)
-        return make_error("mtp write: positions {}..{}, but sequence {} holds {}", pos, pos + n - 1, s,
-                          q.length);
-    const int64_t first = pos / opt_.block_tokens, last = (pos + n - 1) / opt_.block_tokens;
+Status SequenceMemory::copy_shared(Seq& q, int64_t pos, int64_t n, int64_t grow) {
+    // The blocks holding positions pos .. pos+n-1 that exist already; each shared one needs a free block.
+    const int64_t first = pos / opt_.block_tokens;
+    const int64_t last =
+        std::min<int64_t>((pos + n - 1) / opt_.block_tokens, static_cast<int64_t>(q.table.size()) - 1);
     int64_t shared = 0;
     for (int64_t b = first; b <= last; ++b) shared += blocks_.refs(q.table[static_cast<size_t>(b)]) > 1;
-    if (shared > blocks_.n_free())
-        return make_error("the KV pool is full: {} more blocks of {} tokens needed, {} of {} free", shared,
-                          opt_.block_tokens, blocks_.n_free(), blocks_.n_blocks());
+    if (shared + grow > blocks_.n_free())
+        return make_error("the KV pool is full: {} more blocks of {} tokens needed, {} of {} free",
+                          shared + grow, opt_.block_tokens, blocks_.n_free(), blocks_.n_blocks());
     for (int64_t b = first; b <= last; ++b) {
         int32_t& id = q.table[static_cast<size_t>(b)];
         if (blocks_.refs(id) == 1) continue;
@@ -132,6 +130,15 @@ Status SequenceMemory::prepare_mtp_write(SeqId s, int64_t pos, int64_t n) {
         id = copy;
     }
     return {};
+}
+
+Status SequenceMemory::prepare_mtp_write(SeqId s, int64_t pos, int64_t n) {
+    PELICAN_TRY(check_open(s, "mtp write"));
+    Seq& q = seqs_[static_cast<size_t>(s)];
+    if (pos < 0 || n <= 0 || pos + n > q.length)
+        return make_error("mtp write: positions {}..{}, but sequence {} holds {}", pos, pos + n - 1, s,
+                          q.length);
+    return copy_shared(q, pos, n, /*grow=*/0);
 }
 
 Status SequenceMemory::prepare_write(SeqId s, int64_t pos, int64_t n) {
@@ -145,24 +152,9 @@ Status SequenceMemory::prepare_write(SeqId s, int64_t pos, int64_t n) {
         return make_error("write: positions {}..{} do not fit the context of {} tokens", pos, pos + n - 1,
                           opt_.max_seq_tokens);
     // Copy on write first (it needs one free block per shared block), then grow.
-    const int64_t first = pos / opt_.block_tokens;
-    const int64_t last =
-        std::min<int64_t>((pos + n - 1) / opt_.block_tokens, static_cast<int64_t>(q.table.size()) - 1);
-    int64_t shared = 0;
-    for (int64_t b = first; b <= last; ++b) shared += blocks_.refs(q.table[static_cast<size_t>(b)]) > 1;
     const int64_t grow =
         std::max<int64_t>(0, blocks_for(pos + n, opt_.block_tokens) - static_cast<int64_t>(q.table.size()));
-    if (shared + grow > blocks_.n_free())
-        return make_error("the KV pool is full: {} more blocks of {} tokens needed, {} of {} free",
-                          shared + grow, opt_.block_tokens, blocks_.n_free(), blocks_.n_blocks());
-    for (int64_t b = first; b <= last; ++b) {
-        int32_t& id = q.table[static_cast<size_t>(b)];
-        if (blocks_.refs(id) == 1) continue;
-        const int32_t copy = blocks_.alloc();
-        storage_->copy_kv_block(id, copy);
-        blocks_.unref(id);
-        id = copy;
-    }
+    PELICAN_TRY(copy_shared(q, pos, n, grow));
     return grow_table(q, blocks_for(pos + n, opt_.block_tokens));
 }
 

@@ -135,6 +135,9 @@ private:
     Status check_open(SeqId s, const char* what) const;
     Status grow_table(Seq& q, int64_t n_blocks_needed);
     void shrink_table(Seq& q, int64_t n_blocks_kept);
+    // Copies the shared blocks among those holding positions pos .. pos+n-1 (copy on write), after checking
+    // the pool has them and `grow` more free. Errors: the pool is full (nothing copied then).
+    Status copy_shared(Seq& q, int64_t pos, int64_t n, int64_t grow);
     int32_t ring() const { return opt_.checkpoints + 1; }
     int32_t entry(SeqId s, int32_t cursor) const { return s * ring() + cursor; }
 

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_executor.h"
+#include "executor_test_util.h"
 #include "golden_test_util.h"
 #include "hybrid_test_util.h"
 #include "model/model.h"
@@ -22,21 +23,7 @@ std::vector<int32_t> random_tokens(size_t n, int64_t vocab, std::mt19937& rng) {
     return t;
 }
 
-// Rows of one step or MTP step: every row wants its outputs.
-struct Rows {
-    std::vector<int32_t> token, out;
-    std::vector<int64_t> pos;
-    std::vector<SeqId> seq;
-    void add(SeqId s, int64_t pos0, std::span<const int32_t> t) {
-        for (size_t i = 0; i < t.size(); ++i) {
-            out.push_back(static_cast<int32_t>(token.size()));
-            token.push_back(t[i]);
-            pos.push_back(pos0 + static_cast<int64_t>(i));
-            seq.push_back(s);
-        }
-    }
-    Batch batch() const { return Batch{token, pos, seq, out}; }
-};
+using test::Rows;
 
 struct Fixture {
     HybridSpec spec;

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <span>
 #include <vector>
 
@@ -12,6 +11,23 @@
 #include "model/model.h"
 
 namespace pelican::test {
+
+// The rows of one step or MTP step, every row among the out rows.
+struct Rows {
+    std::vector<int32_t> token, out;
+    std::vector<int64_t> pos;
+    std::vector<SeqId> seq;
+    // Tokens t of sequence s at positions pos0, pos0 + 1, ...
+    void add(SeqId s, int64_t pos0, std::span<const int32_t> t) {
+        for (size_t i = 0; i < t.size(); ++i) {
+            out.push_back(static_cast<int32_t>(token.size()));
+            token.push_back(t[i]);
+            pos.push_back(pos0 + static_cast<int64_t>(i));
+            seq.push_back(s);
+        }
+    }
+    Batch batch() const { return Batch{token, pos, seq, out}; }
+};
 
 struct ExecutorLogits {
     std::vector<float> main;    // [n, n_vocab] every position of toks
@@ -32,23 +48,19 @@ inline ExecutorLogits run_executor(const Model& m, std::span<const int32_t> toks
     EXPECT_TRUE(mem.ok()) << mem.error().message;
     if (!mem.ok()) return r;
     const SeqId s = (*mem)->open().value();
-    std::vector<int64_t> pos(static_cast<size_t>(n));
-    std::iota(pos.begin(), pos.end(), int64_t{0});
-    std::vector<SeqId> seq(static_cast<size_t>(n), s);
-    std::vector<int32_t> rows(static_cast<size_t>(n));
-    std::iota(rows.begin(), rows.end(), 0);
+    Rows main, draft;
+    main.add(s, 0, toks);
+    draft.add(s, 0, next);
     const int64_t V = m.hparams().n_vocab, E = m.hparams().n_embd;
     r.main.resize(static_cast<size_t>(n * V));
     r.hidden.resize(static_cast<size_t>(n * E));
     ThreadPool pool(2);
-    auto st = (*exec)->step(Batch{toks, pos, seq, rows}, **mem,
-                            StepOutputs{.logits = r.main, .hidden = r.hidden}, pool);
+    auto st = (*exec)->step(main.batch(), **mem, StepOutputs{.logits = r.main, .hidden = r.hidden}, pool);
     EXPECT_TRUE(st.ok()) << st.error().message;
     if (!st.ok() || next.empty()) return r;
     const size_t k = next.size();
     r.mtp.resize(k * static_cast<size_t>(V));
-    const Batch mb{next, std::span(pos).first(k), std::span(seq).first(k), std::span(rows).first(k)};
-    st = (*exec)->mtp_step(mb, std::span(r.hidden).first(k * static_cast<size_t>(E)), **mem,
+    st = (*exec)->mtp_step(draft.batch(), std::span(r.hidden).first(k * static_cast<size_t>(E)), **mem,
                            StepOutputs{.logits = r.mtp}, pool);
     EXPECT_TRUE(st.ok()) << st.error().message;
     return r;

@@ -11,6 +11,7 @@
 #include "golden_test_util.h"
 #include "hybrid_test_util.h"
 #include "backend/cpu/cpu_executor.h"
+#include "executor_test_util.h"
 #include "model/model.h"
 
 namespace pelican {
@@ -46,18 +47,12 @@ struct MtpSeq {
         mem = std::move(mm).value();
         s = mem->open().value();
     }
-    Batch rows(std::span<const int32_t> t, int64_t p0) {
-        pos_.resize(t.size());
-        seq_.assign(t.size(), s);
-        out_.resize(t.size());
-        for (size_t i = 0; i < t.size(); ++i)
-            pos_[i] = p0 + static_cast<int64_t>(i), out_[i] = static_cast<int32_t>(i);
-        return Batch{t, pos_, seq_, out_};
-    }
     Status step(std::span<const int32_t> t) {
         const size_t E = static_cast<size_t>(m.hparams().n_embd);
         std::vector<float> h(t.size() * E);
-        PELICAN_TRY(exec->step(rows(t, mem->length(s)), *mem, StepOutputs{.hidden = h}, pool));
+        test::Rows r;
+        r.add(s, mem->length(s), t);
+        PELICAN_TRY(exec->step(r.batch(), *mem, StepOutputs{.hidden = h}, pool));
         hidden.insert(hidden.end(), h.begin(), h.end());
         return {};
     }
@@ -68,13 +63,10 @@ struct MtpSeq {
                      V = static_cast<size_t>(m.hparams().n_vocab);
         if (hid.empty()) hid = std::span(hidden).subspan(static_cast<size_t>(p0) * E, next.size() * E);
         logits.resize(next.size() * V);
-        return exec->mtp_step(rows(next, p0), hid, *mem, StepOutputs{.logits = logits}, pool);
+        test::Rows r;
+        r.add(s, p0, next);
+        return exec->mtp_step(r.batch(), hid, *mem, StepOutputs{.logits = logits}, pool);
     }
-
-private:
-    std::vector<int64_t> pos_;
-    std::vector<SeqId> seq_;
-    std::vector<int32_t> out_;
 };
 
 std::unique_ptr<Model> load(const test::TempDir& dir, const HybridSpec& s, const test::HfWeightsMap& w) {
