@@ -10,7 +10,7 @@
 #     all: every test labelled gpu)
 #   LLAMA_SRC=third_party/llama.cpp: a trimmed llama.cpp source (34af94c; ignored, carried in the device call),
 #     built in the background into /tmp/llama-build (CUDA, sm_90a) unless it is missing; no script here downloads it.
-#   SKIP_PEER=1: no llama.cpp.  SKIP_TESTS=1: no ctest.  QBENCH=1: cuda_qmatmul_bench --quick as well.
+#   SKIP_PEER=1: no llama.cpp.  SKIP_TESTS=1: no ctest.  SKIP_BENCH=1: no pelican bench.  QBENCH=1: cuda_qmatmul_bench --quick as well.
 #   HYBRID=1: the Qwen3.5-35B-A3B shape (tools/configs/qwen3.5-35b-a3b.json, files q35b-<type>.gguf, the Qwen3
 #     vocabulary third_party/vocab/qwen3-tokenizer.json.xz); default TYPES then q4_0.
 #   BUILD_TARGETS: ninja targets (default: everything; check.sh).
@@ -67,6 +67,7 @@ if [ -n "${QBENCH:-}" ]; then
 fi
 
 for t in $TYPES; do
+  [ -n "${SKIP_BENCH:-}" ] && break
   f=$MODEL_DIR/$MODEL_TAG-$t.gguf
   [ -s "$f" ] || { say "missing $f"; continue; }
   say "pelican bench --batch $BATCHES on $t (nvidia-smi: $(nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null))"
